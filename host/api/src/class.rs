@@ -1,0 +1,218 @@
+//! `VMClass` (hardware shape) and `VMImage` (what a VM boots).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::NameRef;
+
+/// A hardware shape VMs are made in.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VMClass",
+    plural = "vmclasses",
+    status = "VMClassStatus",
+    shortname = "vmclass",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A VM hardware shape: CPUs, memory, disks, NICs, firmware and required features.",
+    printcolumn(name = "CPUs", type_ = "integer", json_path = ".spec.cpus"),
+    printcolumn(name = "Memory", type_ = "integer", json_path = ".spec.memoryMiB"),
+    printcolumn(name = "Firmware", type_ = "string", json_path = ".spec.firmware"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VMClassSpec {
+    /// Virtual CPUs.
+    #[schemars(range(min = 1, max = 1024))]
+    pub cpus: u32,
+    /// Memory in MiB.
+    #[serde(rename = "memoryMiB")]
+    #[schemars(range(min = 64))]
+    pub memory_mib: u64,
+    /// Disks; the first is the boot disk, cloned from the image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub disks: Vec<DiskSpec>,
+    /// Network interfaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub nics: Vec<NicSpec>,
+    /// BIOS or UEFI.
+    #[serde(default)]
+    pub firmware: Firmware,
+    /// Features a Provider must offer (e.g. `nested-virt`, `tpm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub features: Vec<String>,
+    /// The placement policy VMs of this class are scheduled with (default: spread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_policy_ref: Option<NameRef>,
+}
+
+/// One disk of a class.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskSpec {
+    /// Disk name, unique in the class.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Size in GiB.
+    #[serde(rename = "sizeGiB")]
+    #[schemars(range(min = 1))]
+    pub size_gib: u64,
+    /// Abstract storage class, mapped by each Provider to a backend target.
+    #[schemars(length(min = 1, max = 63))]
+    pub storage_class: String,
+}
+
+/// One NIC of a class.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NicSpec {
+    /// NIC name, unique in the class.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Abstract network class, mapped by each Provider to a backend network.
+    #[schemars(length(min = 1, max = 63))]
+    pub network_class: String,
+}
+
+/// Firmware kinds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Firmware {
+    #[default]
+    BIOS,
+    UEFI,
+}
+
+/// Observed state of a VMClass.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VMClassStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// An OS image VMs boot from.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VMImage",
+    plural = "vmimages",
+    status = "VMImageStatus",
+    shortname = "vmimage",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "An OS image with per-provider-class sources and an optional kairos build.",
+    printcolumn(name = "OS", type_ = "string", json_path = ".spec.os.family"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.os.version"),
+    printcolumn(name = "Arch", type_ = "string", json_path = ".spec.os.arch"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VMImageSpec {
+    /// What the image contains.
+    #[serde(default)]
+    pub os: OsInfo,
+    /// Where each provider class finds the image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["providerClass"]))]
+    pub sources: Vec<ImageSource>,
+    /// Build the image with kairos-operator, then import it into each Provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<ImageBuild>,
+}
+
+/// OS metadata.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct OsInfo {
+    /// e.g. `ubuntu`, `debian`, `kairos`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub family: String,
+    /// e.g. `24.04`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// CPU architecture.
+    #[serde(default = "default_arch")]
+    #[schemars(regex(pattern = r"^(amd64|arm64)$"))]
+    pub arch: String,
+}
+
+impl Default for OsInfo {
+    fn default() -> Self {
+        Self { family: String::new(), version: String::new(), arch: default_arch() }
+    }
+}
+
+fn default_arch() -> String {
+    "amd64".into()
+}
+
+/// Where one provider class finds an image. Exactly one of the locations is used, by the class's driver.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSource {
+    /// The ProviderClass this source is for.
+    #[schemars(length(min = 1, max = 253))]
+    pub provider_class: String,
+    /// A backend template name (vSphere, Proxmox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// A backing file or volume (libvirt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_file: Option<String>,
+    /// A URL the driver imports from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `sha256:<hex>` of the URL's content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[a-f0-9]{64}$"))]
+    pub checksum: Option<String>,
+}
+
+/// An image built by kairos-operator's `OSArtifact`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageBuild {
+    /// The `build.kairos.io/v1alpha2` OSArtifact spec, passed through.
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub os_artifact: BTreeMap<String, serde_json::Value>,
+}
+
+/// Observed state of a VMImage.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VMImageStatus {
+    /// Import progress per Provider.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["provider"]))]
+    pub imports: Vec<ImageImport>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Import state in one Provider.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageImport {
+    /// `namespace/name` of the Provider.
+    pub provider: String,
+    /// Pending, Importing, Ready or Failed.
+    pub phase: String,
+    /// What the backend calls the imported image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

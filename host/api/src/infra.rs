@@ -1,0 +1,276 @@
+//! The CAPI v1beta2 infrastructure kinds (`infrastructure.banlieue.io`).
+//!
+//! Every provider class gets the same four kinds under its own prefix
+//! (`LibvirtMachine`, `LibvirtMachineTemplate`, `LibvirtCluster`, `LibvirtClusterTemplate`).
+//! The shapes are defined once here, under placeholder kind names, and
+//! [`infrastructure_crds`] renames them for a prefix — at build time for the
+//! built-in classes and at run time for third-party ones.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Initialization, MachineAddress, NameRef, PowerState, SecretKeyRef};
+use crate::class::Firmware;
+
+/// API group of the infrastructure kinds.
+pub const INFRA_GROUP: &str = "infrastructure.banlieue.io";
+/// CAPI reads this label to learn which of our versions implement its contract.
+pub const CAPI_CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+/// The built-in provider classes' kind prefixes.
+pub const BUILTIN_INFRA_KINDS: [&str; 3] = ["VSphere", "Proxmox", "Libvirt"];
+
+/// Spec of `<Kind>Machine`: the resolved VM and where it runs.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "InfraMachine",
+    namespaced,
+    status = "InfraMachineStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A machine on one provider (CAPI v1beta2 InfraMachine contract).",
+    printcolumn(name = "Provider", type_ = "string", json_path = ".spec.providerRef.name"),
+    printcolumn(name = "ProviderID", type_ = "string", json_path = ".spec.providerID"),
+    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraMachineSpec {
+    /// Set by the provider once the backend VM exists (`<class>://<backend id>`).
+    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// The failure domain the machine is placed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+    /// The Provider (same namespace) that runs the machine. Chosen by placement when unset
+    /// (machines created by CAPI from a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<NameRef>,
+    /// The resolved VM.
+    #[serde(default)]
+    pub vm: ResolvedVm,
+}
+
+/// A VM with every reference resolved to backend terms.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedVm {
+    #[serde(default)]
+    pub cpus: u32,
+    #[serde(rename = "memoryMiB", default)]
+    pub memory_mib: u64,
+    #[serde(default)]
+    pub firmware: Firmware,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub disks: Vec<ResolvedDisk>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub nics: Vec<ResolvedNic>,
+    /// The image location for this provider class (template, backing file or URL).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub image: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<SecretKeyRef>,
+    #[serde(default)]
+    pub power_state: PowerState,
+    /// Bumped to restart the machine once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_requested_at: Option<String>,
+}
+
+/// A disk placed on a backend storage target.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedDisk {
+    pub name: String,
+    #[serde(rename = "sizeGiB")]
+    pub size_gib: u64,
+    /// Backend datastore / pool.
+    pub target: String,
+}
+
+/// A NIC attached to a backend network.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedNic {
+    pub name: String,
+    /// Backend network / bridge / port group.
+    pub network: String,
+}
+
+/// Status of `<Kind>Machine` (CAPI v1beta2).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraMachineStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Spec of `<Kind>MachineTemplate`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "InfraMachineTemplate",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A template CAPI stamps Machines from (CAPI v1beta2 InfraMachineTemplate contract).",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+pub struct InfraMachineTemplateSpec {
+    pub template: InfraMachineTemplateResource,
+}
+
+/// The template body.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct InfraMachineTemplateResource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::vm::TemplateMeta>,
+    pub spec: InfraMachineSpec,
+}
+
+/// Spec of `<Kind>Cluster`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "InfraCluster",
+    namespaced,
+    status = "InfraClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A cluster's infrastructure: failure domains aggregated from selected Providers (CAPI v1beta2 InfraCluster contract).",
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.controlPlaneEndpoint.host"),
+    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraClusterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// Providers (same namespace) whose failure domains this cluster uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_selector: Option<LabelSelector>,
+}
+
+/// Where the control plane is reached.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ApiEndpoint {
+    pub host: String,
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// Status of `<Kind>Cluster`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub failure_domains: Vec<ClusterFailureDomain>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A failure domain as CAPI v1beta2 lists it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterFailureDomain {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// Spec of `<Kind>ClusterTemplate`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "InfraClusterTemplate",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A template of a cluster's infrastructure (CAPI v1beta2 InfraClusterTemplate contract).",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+pub struct InfraClusterTemplateSpec {
+    pub template: InfraClusterTemplateResource,
+}
+
+/// The template body.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct InfraClusterTemplateResource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::vm::TemplateMeta>,
+    pub spec: InfraClusterSpec,
+}
+
+/// Error for a kind prefix that cannot name Kubernetes kinds.
+#[derive(Debug, PartialEq, Eq)]
+pub struct InvalidKindPrefix(pub String);
+
+impl std::fmt::Display for InvalidKindPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "infrastructure kind prefix {:?} must match ^[A-Z][A-Za-z0-9]{{0,47}}$", self.0)
+    }
+}
+
+impl std::error::Error for InvalidKindPrefix {}
+
+/// The four infrastructure CRDs of one provider class, e.g. `Libvirt` →
+/// `LibvirtMachine`, `LibvirtMachineTemplate`, `LibvirtCluster`, `LibvirtClusterTemplate`.
+pub fn infrastructure_crds(prefix: &str) -> Result<Vec<CustomResourceDefinition>, InvalidKindPrefix> {
+    let valid = prefix.len() <= 48
+        && prefix.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && prefix.chars().all(|c| c.is_ascii_alphanumeric());
+    if !valid {
+        return Err(InvalidKindPrefix(prefix.to_string()));
+    }
+    let shapes = [
+        ("Machine", InfraMachine::crd()),
+        ("MachineTemplate", InfraMachineTemplate::crd()),
+        ("Cluster", InfraCluster::crd()),
+        ("ClusterTemplate", InfraClusterTemplate::crd()),
+    ];
+    Ok(shapes.into_iter().map(|(suffix, crd)| rename(crd, &format!("{prefix}{suffix}"))).collect())
+}
+
+fn rename(mut crd: CustomResourceDefinition, kind: &str) -> CustomResourceDefinition {
+    let singular = kind.to_ascii_lowercase();
+    let plural = format!("{singular}s");
+    crd.metadata.name = Some(format!("{plural}.{INFRA_GROUP}"));
+    let labels = crd.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(CAPI_CONTRACT_LABEL.into(), "v1alpha1".into());
+    let names = &mut crd.spec.names;
+    names.kind = kind.to_string();
+    names.list_kind = Some(format!("{kind}List"));
+    names.singular = Some(singular);
+    names.plural = plural;
+    names.categories = Some(vec!["banlieue".into(), "cluster-api".into()]);
+    crd
+}

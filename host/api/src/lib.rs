@@ -1,0 +1,19 @@
+//! banlieue's API: the `banlieue.io` and `infrastructure.banlieue.io` kinds as Rust
+//! types, and the generator of their CustomResourceDefinitions.
+
+pub mod class;
+pub mod common;
+pub mod crdgen;
+pub mod infra;
+pub mod provider;
+pub mod vm;
+
+pub use class::{VMClass, VMClassSpec, VMImage, VMImageSpec};
+pub use infra::{infrastructure_crds, InfraMachine, InfraMachineSpec};
+pub use provider::{PlacementPolicy, Provider, ProviderClass, ProviderSpec};
+pub use vm::{VirtualMachine, VirtualMachinePool, VirtualMachineSpec};
+
+/// API group of the user-facing kinds.
+pub const GROUP: &str = "banlieue.io";
+/// The one served version.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,230 @@
+//! `Provider` (one backend instance), `ProviderClass` (a kind of backend and its driver
+//! component) and `PlacementPolicy` (a placement component).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{ComponentSource, NameRef};
+
+/// One backend instance (a vCenter, a Proxmox cluster, a libvirt host).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "Provider",
+    namespaced,
+    status = "ProviderStatus",
+    shortname = "vmprovider",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A backend instance: its class, connection, capabilities and the grant of its driver.",
+    printcolumn(name = "Class", type_ = "string", json_path = ".spec.providerClassRef.name"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.connection.endpoint"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSpec {
+    /// The ProviderClass whose driver talks to this backend.
+    pub provider_class_ref: NameRef,
+    /// How to reach the backend.
+    pub connection: Connection,
+    /// What the backend offers, in abstract terms.
+    #[serde(default)]
+    pub capabilities: ProviderCapabilities,
+}
+
+/// Connection to a backend.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Connection {
+    /// `https://host[:port]` for HTTP backends, or a libvirt URI (`qemu+tcp://…`, `test:///default`).
+    /// The driver may reach this endpoint and nothing else.
+    #[schemars(length(min = 1, max = 2048))]
+    pub endpoint: String,
+    /// Where the driver's credentials are; the driver may read only these keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<CredentialsRef>,
+    /// PEM CA bundle trusted for the endpoint (system roots when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// Skip TLS verification. Only for test backends.
+    #[serde(default)]
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// Credentials of a Provider: a Kubernetes Secret or a Vault KV v2 path.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsRef {
+    /// Secret (in the Provider's namespace) or Vault.
+    #[serde(default)]
+    pub kind: CredentialsKind,
+    /// Secret name (kind Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// KV v2 path, e.g. `secret/data/vsphere` (kind Vault).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The keys the driver may read; all keys of the source when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+}
+
+/// Kinds of credential source.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CredentialsKind {
+    #[default]
+    Secret,
+    Vault,
+}
+
+/// Abstract classes a Provider maps to backend targets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderCapabilities {
+    /// Abstract storage class → datastore / pool / storage.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_classes: BTreeMap<String, String>,
+    /// Abstract network class → port group / bridge / network.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub network_classes: BTreeMap<String, String>,
+    /// Features offered (e.g. `nested-virt`, `tpm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub features: Vec<String>,
+}
+
+/// Observed state of a Provider, from its driver's probe.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub failure_domains: Vec<FailureDomain>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A failure domain reported by a driver.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub capacity: Capacity,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_classes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_classes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+}
+
+/// Free capacity of a failure domain.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    #[serde(default)]
+    pub cpus: u64,
+    #[serde(rename = "memoryMiB", default)]
+    pub memory_mib: u64,
+    #[serde(rename = "storageGiB", default)]
+    pub storage_gib: u64,
+}
+
+/// A kind of provider and the driver component that serves it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "ProviderClass",
+    plural = "providerclasses",
+    status = "ComponentStatus",
+    shortname = "pc",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A kind of provider: its driver component, how it is verified, what it may touch.",
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.infrastructureKind"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.component.source"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderClassSpec {
+    /// The driver component.
+    pub component: ComponentSource,
+    /// Prefix of the infrastructure kinds (`Libvirt` → `LibvirtMachine`, `LibvirtCluster`, …).
+    #[schemars(length(min = 1, max = 48), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub infrastructure_kind: String,
+    /// The host capabilities the driver requests.
+    #[serde(default)]
+    pub capabilities: RequestedCapabilities,
+}
+
+/// Host capabilities a driver asks for; each is further limited to a Provider's own endpoint and secret.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestedCapabilities {
+    #[serde(default)]
+    pub http: bool,
+    #[serde(default)]
+    pub libvirt: bool,
+    #[serde(default)]
+    pub secrets: bool,
+}
+
+/// Resolution state of a component (ProviderClass, PlacementPolicy).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    /// The sha256 digest that was verified and is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_digest: Option<String>,
+    /// WIT contract version the component was built for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A placement component and its parameters.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "PlacementPolicy",
+    plural = "placementpolicies",
+    status = "ComponentStatus",
+    shortname = "pp",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A placement policy component (how VMs pick a provider and failure domain) with parameters.",
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.component.source"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementPolicySpec {
+    /// The placement component (`builtin:spread`, `builtin:binpack`, a file or an OCI artifact).
+    pub component: ComponentSource,
+    /// Free-form parameters passed to `choose`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub parameters: BTreeMap<String, serde_json::Value>,
+}

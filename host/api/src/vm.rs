@@ -1,0 +1,312 @@
+//! `VirtualMachine`: the user's VM, and `VirtualMachinePool`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{MachineAddress, NameRef, PowerState, SecretKeyRef, Initialization};
+
+/// A virtual machine, run on whichever Provider its placement picks.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VirtualMachine",
+    namespaced,
+    status = "VirtualMachineStatus",
+    shortname = "vm",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A virtual machine: class, image, placement, power state and user-data, run on any Provider.",
+    printcolumn(name = "Class", type_ = "string", json_path = ".spec.classRef.name"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.imageRef.name"),
+    printcolumn(name = "Provider", type_ = "string", json_path = ".status.scheduled.provider"),
+    printcolumn(name = "Power", type_ = "string", json_path = ".status.observedPowerState"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Address", type_ = "string", priority = 1, json_path = ".status.addresses[0].address"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineSpec {
+    /// The VMClass (hardware shape) of this VM.
+    pub class_ref: NameRef,
+    /// The VMImage this VM boots from.
+    pub image_ref: NameRef,
+    /// Where the VM may run; empty means any Provider in the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// The power state banlieue drives the VM towards.
+    #[serde(default)]
+    pub desired_power_state: PowerState,
+    /// Bump to any new value (conventionally an RFC 3339 time) to restart the VM once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_requested_at: Option<String>,
+    /// Cloud-init / ignition user-data, read from a Secret key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<SecretKeyRef>,
+    /// What happens when the placement no longer matches where the VM runs.
+    #[serde(default)]
+    pub migration_policy: MigrationPolicy,
+    /// Stop reconciling this VM (the backend VM is left as it is).
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// Placement constraints of a VM.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Pin the VM to one Provider by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<NameRef>,
+    /// Providers whose labels match are candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_selector: Option<LabelSelector>,
+    /// Failure domains whose labels match are candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain_selector: Option<LabelSelector>,
+    /// Keep away from VMs matching a selector within a topology.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anti_affinity: Vec<AntiAffinityRule>,
+}
+
+/// Keep this VM apart from others that share a topology value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AntiAffinityRule {
+    /// Failure-domain label (or `banlieue.io/provider`, `banlieue.io/failure-domain`) that defines "together".
+    #[schemars(length(min = 1, max = 317))]
+    pub topology_key: String,
+    /// The VMs to keep away from (in the same namespace).
+    pub label_selector: LabelSelector,
+    /// Required rules filter candidates; preferred ones only weigh them.
+    #[serde(default)]
+    pub mode: AffinityMode,
+    /// Weight of a preferred rule.
+    #[serde(default = "default_weight")]
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: i32,
+}
+
+fn default_weight() -> i32 {
+    1
+}
+
+/// Required or preferred.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AffinityMode {
+    Required,
+    #[default]
+    Preferred,
+}
+
+/// When a VM runs somewhere its placement no longer allows.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MigrationPolicy {
+    /// Move it (tear down, recreate on the new placement) as soon as placement changes.
+    #[default]
+    Automatic,
+    /// Report `PlacementValid=False`; move only when the user deletes `status.scheduled` by bumping the restart field.
+    Manual,
+    /// Never move; report `PlacementValid=False`.
+    Never,
+}
+
+/// Observed state of a VirtualMachine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineStatus {
+    /// Where the scheduler put the VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<Scheduled>,
+    /// The infrastructure Machine realising this VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<InfrastructureRef>,
+    /// Mirrors the Machine's `initialization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Addresses reported by the backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    /// The power state the backend reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_power_state: Option<PowerState>,
+    /// The last `restartRequestedAt` acted upon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart_requested_at: Option<String>,
+    /// Ready, Scheduled, PlacementValid, InfrastructureReady.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The scheduler's decision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduled {
+    /// Provider name.
+    pub provider: String,
+    /// ProviderClass of that provider.
+    pub provider_class: String,
+    /// Failure domain inside the provider.
+    pub failure_domain: String,
+    /// Abstract storage class → backend target.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage: BTreeMap<String, String>,
+    /// Abstract network class → backend target.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub networks: BTreeMap<String, String>,
+}
+
+/// Reference to the infrastructure Machine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InfrastructureRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// A set of identical VMs.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VirtualMachinePool",
+    namespaced,
+    status = "VirtualMachinePoolStatus",
+    shortname = "vmpool",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A pool of identical VirtualMachines with scale-in order and rolling updates.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Current", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updatedReplicas"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachinePoolSpec {
+    /// Desired number of VMs.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Selects the pool's VMs; must match the template's labels.
+    pub selector: LabelSelector,
+    /// The VM each member is made from.
+    pub template: VirtualMachineTemplate,
+    /// Which members go first when scaling in.
+    #[serde(default)]
+    pub scale_in_order: ScaleInOrder,
+    /// How template changes roll out.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+    /// Overrides the class's placement policy for members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_policy_ref: Option<NameRef>,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// Metadata and spec of pool members.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct VirtualMachineTemplate {
+    /// Labels and annotations of members.
+    #[serde(default)]
+    pub metadata: TemplateMeta,
+    /// Spec of members.
+    pub spec: VirtualMachineSpec,
+}
+
+/// The metadata a template may set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct TemplateMeta {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Scale-in order.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ScaleInOrder {
+    /// Newest members first, then by name (deterministic).
+    #[default]
+    Newest,
+    /// Oldest members first.
+    Oldest,
+}
+
+/// Update strategy of a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    /// RollingUpdate replaces members; OnDelete waits for the user to delete them.
+    #[serde(rename = "type", default)]
+    pub type_: UpdateStrategyType,
+    /// Parameters of a rolling update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdate>,
+}
+
+impl Default for UpdateStrategy {
+    fn default() -> Self {
+        Self { type_: UpdateStrategyType::RollingUpdate, rolling_update: None }
+    }
+}
+
+/// Kinds of update strategy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdateStrategyType {
+    #[default]
+    RollingUpdate,
+    OnDelete,
+}
+
+/// Rolling update bounds (count or percentage).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
+}
+
+/// Observed state of a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachinePoolStatus {
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_replicas: i32,
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// The selector in string form, for the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

@@ -1,0 +1,36 @@
+//! An embedded, Kubernetes-compatible API server for development and tests.
+//!
+//! It serves the built-in resources banlieue needs (Namespace, Secret, ConfigMap,
+//! Event, Lease, CustomResourceDefinition) and any CRD created at run time, with
+//! Kubernetes semantics — resourceVersions, watches, finalizers, garbage
+//! collection, server-side apply, schema validation — over HTTPS with a bearer
+//! token. Production runs on a real cluster; nothing in banlieue depends on this.
+
+mod builtins;
+mod discovery;
+mod gc;
+pub mod jsonpath;
+pub mod managed;
+mod meta;
+mod objects;
+mod openapi;
+pub mod patch;
+mod registry;
+mod router;
+pub mod schema;
+pub mod selector;
+mod server;
+pub mod shape;
+mod state;
+mod status;
+mod store;
+mod table;
+mod tls;
+mod watch;
+
+pub use server::{ApiServer, Config, MAX_BODY};
+
+/// Entry points for fuzzing request decoding and patching without a network.
+pub mod fuzzing {
+    pub use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
+}

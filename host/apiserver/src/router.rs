@@ -1,0 +1,104 @@
+//! Maps a request's method and path to discovery, OpenAPI, or an object operation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::http::request::Parts;
+use hyper::{Method, Response};
+
+use crate::objects::{self, Request};
+use crate::server::{error_response, json_response, Body};
+use crate::state::State;
+use crate::status::ApiError;
+
+pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Body> {
+    let path = parts.uri.path().trim_end_matches('/').to_string();
+    let query: HashMap<String, String> = parts
+        .uri
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+
+    let get = parts.method == Method::GET;
+    match segs.as_slice() {
+        ["version"] if get => return json_response(200, &crate::discovery::version(), &[]),
+        ["healthz"] | ["livez"] | ["readyz"] if get => return text_ok(),
+        ["api"] if get => return json_response(200, &crate::discovery::core_versions(&state), &[]),
+        ["apis"] if get => return json_response(200, &crate::discovery::group_list(&state), &[]),
+        ["apis", g] if get => {
+            return match crate::discovery::group(&state, g) {
+                Some(v) => json_response(200, &v, &[]),
+                None => error_response(&ApiError::not_found_path(&path)),
+            }
+        }
+        ["api", "v1"] if get => return json_response(200, &crate::discovery::resource_list(&state, "", "v1").unwrap_or_default(), &[]),
+        ["apis", g, v] if get => {
+            return match crate::discovery::resource_list(&state, g, v) {
+                Some(l) => json_response(200, &l, &[]),
+                None => error_response(&ApiError::not_found_path(&path)),
+            }
+        }
+        ["openapi", "v3"] if get => return json_response(200, &crate::openapi::index(&state.registry.read().unwrap().all()), &[]),
+        ["openapi", "v3", rest @ ..] if get => {
+            return match crate::openapi::group_version_doc(&state.registry.read().unwrap().all(), &rest.join("/")) {
+                Some(doc) => json_response(200, &doc, &[]),
+                None => error_response(&ApiError::not_found_path(&path)),
+            }
+        }
+        _ => {}
+    }
+
+    // Resource paths: /api/v1/... or /apis/GROUP/VERSION/...
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return error_response(&ApiError::not_found_path(&path)),
+    };
+    let lookup = |plural: &str| state.resource(group, version, plural);
+    // `namespaces/NS/PLURAL[/NAME[/SUB]]` is namespaced unless PLURAL isn't a namespaced resource,
+    // in which case it is the Namespace NS itself with a subresource (`namespaces/NS/status`).
+    let target = match rest {
+        ["namespaces", ns, plural, tail @ ..] if lookup(plural).is_some_and(|t| t.namespaced) && tail.len() <= 2 => {
+            (lookup(plural), Some(ns.to_string()), tail.first().map(|s| s.to_string()), tail.get(1).map(|s| s.to_string()))
+        }
+        [plural, tail @ ..] if tail.len() <= 2 => {
+            (lookup(plural), None, tail.first().map(|s| s.to_string()), tail.get(1).map(|s| s.to_string()))
+        }
+        _ => (None, None, None, None),
+    };
+    let (Some(rt), namespace, name, sub) = target else {
+        return error_response(&ApiError::not_found_path(&path));
+    };
+    if rt.namespaced && namespace.is_none() && name.is_some() {
+        return error_response(&ApiError::not_found_path(&path));
+    }
+    if let Some(s) = &sub {
+        let allowed = match s.as_str() {
+            "status" => rt.status_subresource,
+            "scale" => rt.scale.is_some(),
+            "finalize" => rt.builtin == Some(crate::registry::Builtin::Namespace),
+            _ => false,
+        };
+        if !allowed {
+            return error_response(&ApiError::not_found_path(&path));
+        }
+    }
+    let req = Request { state, rt, namespace, name, sub, query, headers: parts.headers, body };
+    objects::dispatch(parts.method, req).await
+}
+
+fn text_ok() -> Response<Body> {
+    use http_body_util::{BodyExt, Full};
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/plain")
+        .body(Full::new(Bytes::from_static(b"ok")).boxed_unsync())
+        .expect("static response")
+}

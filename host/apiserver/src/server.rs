@@ -1,0 +1,184 @@
+//! HTTPS plumbing: TLS, HTTP/1.1 and HTTP/2, authentication, body limits, and
+//! the hand-off to the router. Nothing here knows about resources.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::state::State;
+use crate::status::ApiError;
+use crate::tls::{kubeconfig, Credentials};
+
+/// Largest request body accepted (the real server's limit).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Response body: a whole buffer or a stream (watches).
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where to listen; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// Persist objects and credentials here; in memory when `None`.
+    pub data_dir: Option<PathBuf>,
+    /// Watch events kept for resuming watches; older resourceVersions get `410 Gone`.
+    pub watch_history: usize,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A running server.
+pub struct ApiServer {
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    pub addr: SocketAddr,
+    /// A kubeconfig (YAML) with the CA and token.
+    pub kubeconfig: String,
+    pub token: String,
+    pub ca_pem: String,
+    state: Arc<State>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Bind, load or create credentials and stored objects, and start serving.
+    pub async fn start(config: Config) -> anyhow::Result<ApiServer> {
+        let creds = match &config.data_dir {
+            Some(dir) => Credentials::load_or_create(dir)?,
+            None => Credentials::generate()?,
+        };
+        let state = State::new(&config, creds.token.clone())?;
+        let tls = tokio_rustls::TlsAcceptor::from(creds.server_config()?);
+        let listener = TcpListener::bind(config.addr).await?;
+        let addr = listener.local_addr()?;
+        let url = format!("https://{addr}");
+        state.set_self_address(addr);
+        let (stop, stop_rx) = watch::channel(false);
+        crate::gc::spawn(state.clone(), stop_rx.clone());
+        let task = tokio::spawn(accept_loop(listener, tls, state.clone(), stop_rx));
+        tracing::info!(%url, "embedded API server listening");
+        Ok(ApiServer { kubeconfig: kubeconfig(&url, &creds), url, addr, token: creds.token, ca_pem: creds.ca_pem, state, stop, task })
+    }
+
+    /// Write the kubeconfig to a file (mode 0600).
+    pub fn write_kubeconfig(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        crate::tls::write_private(path, &self.kubeconfig)
+    }
+
+    /// Stop accepting, end open connections and flush the store to disk.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+        self.state.store.flush();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, tls: tokio_rustls::TlsAcceptor, state: Arc<State>, mut stop: watch::Receiver<bool>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => { tracing::warn!("accept failed: {e}"); continue; }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let tls = tls.clone();
+        let state = state.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let svc = hyper::service::service_fn(move |req| serve(state.clone(), req));
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+        });
+    }
+    // Watches never end on their own; give requests in flight a moment, then drop.
+    let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
+}
+
+/// Authenticate, read the body within limits, route, and turn any failure (even a
+/// panic) into a `Status` response.
+async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let public = matches!(path.as_str(), "/version" | "/healthz" | "/livez" | "/readyz");
+    if !public && !state.authorized(&parts.headers) {
+        return Ok(error_response(&ApiError::unauthorized()));
+    }
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return Ok(error_response(&ApiError::too_large()));
+    }
+    let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Ok(error_response(&ApiError::too_large()))
+        }
+        Err(e) => return Ok(error_response(&ApiError::bad_request(format!("reading request body: {e}")))),
+    };
+    let method = parts.method.clone();
+    let routed = std::panic::AssertUnwindSafe(crate::router::route(state, parts, body)).catch_unwind().await;
+    Ok(match routed {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::error!(%method, %path, "request handler panicked");
+            error_response(&ApiError::internal("internal error while handling the request"))
+        }
+    })
+}
+
+/// A JSON response.
+pub fn json_response(code: u16, body: &serde_json::Value, warnings: &[String]) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut b = Response::builder().status(code).header("content-type", "application/json");
+    for w in warnings {
+        let w = w.replace(['"', '\n', '\r'], "'");
+        b = b.header("warning", format!("299 - \"{w}\""));
+    }
+    b.body(Full::new(Bytes::from(bytes)).boxed_unsync()).unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+}
+
+/// A `Status` error response.
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.to_status(), &[])
+}

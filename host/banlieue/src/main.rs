@@ -1,0 +1,44 @@
+//! `banlieue`: every role of the control plane, the development environment and tools.
+
+mod crds;
+mod dev;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "banlieue", version, about = "A Kubernetes-native control plane for virtual machines")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded API server with the CRDs installed and every role, on this machine.
+    Dev(dev::DevArgs),
+    /// Write the CRDs generated from the API types to a directory (or check it is up to date).
+    Crdgen {
+        /// Target directory.
+        #[arg(long, default_value = "deploy/crds")]
+        out: PathBuf,
+        /// Fail instead of writing when the directory differs from the generated CRDs.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Dev(args) => dev::run(args).await,
+        Command::Crdgen { out, check } => crds::crdgen(&out, check),
+    }
+}
