@@ -1,1 +1,486 @@
+//! The API-semantics suite: what banlieue relies on from a Kubernetes API server.
+//! Runs against the embedded server, or any cluster given by `BANLIEUE_TEST_KUBECONFIG`;
+//! every assertion holds on a real kube-apiserver too.
 
+use std::collections::BTreeMap;
+
+use banlieue_api::{VirtualMachine, VirtualMachinePool};
+use banlieue_tests::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery::Discovery;
+use serde_json::{json, Value};
+
+fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    let data: BTreeMap<String, String> = data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
+}
+
+fn vm(name: &str) -> VirtualMachine {
+    serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}
+    }))
+    .unwrap()
+}
+
+fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn discovery_lists_banlieue_kinds_with_short_names_and_subresources() -> anyhow::Result<()> {
+    let env = TestEnv::start("discovery").await?;
+    env.install_crds().await?;
+    let discovery = Discovery::new(env.client.clone()).run().await?;
+    let group = discovery.get("banlieue.io").expect("banlieue.io served");
+    let (ar, caps) = group.recommended_kind("VirtualMachine").expect("VirtualMachine served");
+    assert_eq!(ar.plural, "virtualmachines");
+    assert!(caps.operations.iter().any(|v| v == "watch"));
+    assert!(caps.subresources.iter().any(|(sub, _)| sub.plural == "status"));
+    let (_, pool_caps) = group.recommended_kind("VirtualMachinePool").unwrap();
+    assert!(pool_caps.subresources.iter().any(|(sub, _)| sub.plural == "scale"));
+    let infra = discovery.get("infrastructure.banlieue.io").expect("infrastructure group served");
+    assert!(infra.recommended_kind("LibvirtMachine").is_some());
+    let out = env.kubectl(&["api-resources", "--api-group=banlieue.io", "-o", "wide"]).await?;
+    assert!(out.lines().any(|l| l.starts_with("virtualmachines ") && l.contains(" vm ")), "{out}");
+    assert!(out.contains("banlieue"), "categories listed: {out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn stale_update_conflicts_and_generation_counts_spec_changes_only() -> anyhow::Result<()> {
+    let env = TestEnv::start("conflict").await?;
+    env.install_crds().await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let created = vms.create(&PostParams::default(), &vm("web")).await?;
+    assert_eq!(created.metadata.generation, Some(1));
+    let rv1 = created.metadata.resource_version.clone().unwrap();
+
+    let mut a = created.clone();
+    a.spec.paused = true;
+    let updated = vms.replace("web", &PostParams::default(), &a).await?;
+    assert_eq!(updated.metadata.generation, Some(2), "spec change bumps generation");
+    assert_ne!(updated.metadata.resource_version.as_deref(), Some(rv1.as_str()));
+
+    // A writer holding the old resourceVersion loses.
+    let mut stale = created.clone();
+    stale.spec.migration_policy = banlieue_api::vm::MigrationPolicy::Never;
+    let err = api_error(vms.replace("web", &PostParams::default(), &stale).await.unwrap_err());
+    assert_eq!(err.code, 409);
+    assert_eq!(err.reason, "Conflict");
+
+    // Metadata-only changes keep the generation.
+    let labelled = vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tier": "web"}}}))).await?;
+    assert_eq!(labelled.metadata.generation, Some(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn status_subresource_is_isolated_from_the_main_resource() -> anyhow::Result<()> {
+    let env = TestEnv::start("status").await?;
+    env.install_crds().await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    vms.create(&PostParams::default(), &vm("db")).await?;
+    // The main endpoint ignores status...
+    let p = vms.patch("db", &PatchParams::default(), &Patch::Merge(json!({"status": {"observedGeneration": 7}, "spec": {"paused": true}}))).await?;
+    assert!(p.status.is_none_or(|s| s.observed_generation.is_none()));
+    assert!(p.spec.paused);
+    // ...the status endpoint ignores everything else, and doesn't bump generation.
+    let s = vms.patch_status("db", &PatchParams::default(), &Patch::Merge(json!({"status": {"observedGeneration": 2}, "spec": {"paused": false}}))).await?;
+    assert_eq!(s.status.unwrap().observed_generation, Some(2));
+    assert!(s.spec.paused);
+    assert_eq!(s.metadata.generation, Some(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() -> anyhow::Result<()> {
+    let env = TestEnv::start("finalizers").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let mut c = cm("held", &[("a", "1")]);
+    c.metadata.finalizers = Some(vec!["banlieue.io/test".into()]);
+    cms.create(&PostParams::default(), &c).await?;
+    cms.delete("held", &DeleteParams::default()).await?;
+    let held = cms.get("held").await?;
+    assert!(held.metadata.deletion_timestamp.is_some(), "marked for deletion");
+    // No new finalizers once deleting.
+    let err = cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["banlieue.io/test", "banlieue.io/other"]}}))).await.unwrap_err();
+    assert_eq!(api_error(err).code, 422);
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    await_deleted(&cms, "held").await?;
+    assert!(cms.get_opt("held").await?.is_none());
+    Ok(())
+}
+
+fn owned_by(name: &str, owner: &ConfigMap) -> ConfigMap {
+    let mut c = cm(name, &[]);
+    c.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: owner.metadata.name.clone().unwrap(),
+        uid: owner.metadata.uid.clone().unwrap(),
+        block_owner_deletion: Some(true),
+        ..Default::default()
+    }]);
+    c
+}
+
+#[tokio::test]
+async fn garbage_collection_background_foreground_and_orphan() -> anyhow::Result<()> {
+    let env = TestEnv::start("gc").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let pp = PostParams::default();
+
+    // Background: the owner goes at once, the dependent follows.
+    let owner = cms.create(&pp, &cm("bg-owner", &[])).await?;
+    cms.create(&pp, &owned_by("bg-dep", &owner)).await?;
+    cms.delete("bg-owner", &DeleteParams::background()).await?;
+    await_deleted(&cms, "bg-dep").await?;
+
+    // Orphan: the dependent stays, without its owner reference.
+    let owner = cms.create(&pp, &cm("or-owner", &[])).await?;
+    cms.create(&pp, &owned_by("or-dep", &owner)).await?;
+    cms.delete("or-owner", &DeleteParams::orphan()).await?;
+    await_deleted(&cms, "or-owner").await?;
+    let dep = cms.get("or-dep").await?;
+    assert!(dep.metadata.owner_references.unwrap_or_default().is_empty());
+
+    // Foreground: the owner is removed only after its dependents.
+    let owner = cms.create(&pp, &cm("fg-owner", &[])).await?;
+    let mut dep = owned_by("fg-dep", &owner);
+    dep.metadata.finalizers = Some(vec!["banlieue.io/hold".into()]);
+    cms.create(&pp, &dep).await?;
+    cms.delete("fg-owner", &DeleteParams::foreground()).await?;
+    let o = within(30, async {
+        loop {
+            let d = cms.get("fg-dep").await?;
+            if d.metadata.deletion_timestamp.is_some() {
+                return Ok::<_, anyhow::Error>(cms.get("fg-owner").await?);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await??;
+    assert!(o.metadata.finalizers.unwrap_or_default().contains(&"foregroundDeletion".to_string()));
+    cms.patch("fg-dep", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    await_deleted(&cms, "fg-owner").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_removes_its_objects() -> anyhow::Result<()> {
+    let env = TestEnv::start("nsdel").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    for i in 0..3 {
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), &[])).await?;
+    }
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    nss.delete(&env.ns, &DeleteParams::default()).await?;
+    let ns = nss.get_opt(&env.ns).await?;
+    if let Some(ns) = ns {
+        assert_eq!(ns.status.and_then(|s| s.phase).as_deref(), Some("Terminating"));
+    }
+    await_deleted(&nss, &env.ns).await?;
+    assert!(cms.list(&ListParams::default()).await?.items.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() -> anyhow::Result<()> {
+    let env = TestEnv::start("selectors").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    for (name, tier, zone) in [("a", "web", Some("z1")), ("b", "db", Some("z2")), ("c", "web", None)] {
+        let mut c = cm(name, &[]);
+        let mut labels = BTreeMap::from([("tier".to_string(), tier.to_string())]);
+        if let Some(z) = zone {
+            labels.insert("zone".into(), z.into());
+        }
+        c.metadata.labels = Some(labels);
+        cms.create(&PostParams::default(), &c).await?;
+    }
+    let names = |l: &kube::api::ObjectList<ConfigMap>| -> Vec<String> {
+        let mut v: Vec<String> = l.items.iter().filter_map(|c| c.metadata.name.clone()).filter(|n| n.len() == 1).collect();
+        v.sort();
+        v
+    };
+    let q = |s: &str| ListParams::default().labels(s);
+    assert_eq!(names(&cms.list(&q("tier=web")).await?), ["a", "c"]);
+    assert_eq!(names(&cms.list(&q("tier!=web")).await?), ["b"]);
+    assert_eq!(names(&cms.list(&q("zone in (z1,z2)")).await?), ["a", "b"]);
+    assert_eq!(names(&cms.list(&q("tier,zone notin (z1)")).await?), ["b", "c"]);
+    assert_eq!(names(&cms.list(&q("!zone")).await?), ["c"]);
+    assert_eq!(names(&cms.list(&ListParams::default().fields("metadata.name=b")).await?), ["b"]);
+    assert_eq!(names(&cms.list(&ListParams::default().fields("metadata.name!=b").labels("tier")).await?), ["a", "c"]);
+    let bad = cms.list(&ListParams::default().fields("data.x=1")).await.unwrap_err();
+    assert_eq!(api_error(bad).code, 400);
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_pagination_with_limit_and_continue() -> anyhow::Result<()> {
+    let env = TestEnv::start("paging").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    for i in 0..7 {
+        cms.create(&PostParams::default(), &cm(&format!("p{i}"), &[])).await?;
+    }
+    let mut seen = Vec::new();
+    let mut lp = ListParams::default().limit(3).labels("");
+    let mut pages = 0;
+    loop {
+        let page = cms.list(&lp).await?;
+        pages += 1;
+        assert!(page.items.len() <= 3);
+        seen.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()).filter(|n| n.starts_with('p')));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (0..7).map(|i| format!("p{i}")).collect::<Vec<_>>());
+    assert!(pages >= 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_bookmarks_and_gone() -> anyhow::Result<()> {
+    let env = TestEnv::start("watch").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let first = cms.create(&PostParams::default(), &cm("w", &[("v", "1")])).await?;
+    let rv = first.metadata.resource_version.clone().unwrap();
+    cms.patch("w", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
+    cms.delete("w", &DeleteParams::default()).await?;
+
+    // Everything after `rv`, in order.
+    let stream = cms.watch(&WatchParams::default(), &rv).await?.boxed();
+    let events = watch_until(stream, 30, |evs: &[WatchEvent<ConfigMap>]| evs.iter().any(|e| matches!(e, WatchEvent::Deleted(_)))).await?;
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            WatchEvent::Modified(_) => Some("MODIFIED"),
+            WatchEvent::Deleted(_) => Some("DELETED"),
+            WatchEvent::Added(_) => Some("ADDED"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["MODIFIED", "DELETED"]);
+
+    // Initial events end with a bookmark.
+    cms.create(&PostParams::default(), &cm("x", &[])).await?;
+    let wp = WatchParams::streaming_lists();
+    let stream = cms.watch(&wp, "0").await?.boxed();
+    let events = watch_until(stream, 30, |evs: &[WatchEvent<ConfigMap>]| evs.iter().any(|e| matches!(e, WatchEvent::Bookmark(_)))).await?;
+    assert!(events.iter().any(|e| matches!(e, WatchEvent::Added(c) if c.metadata.name.as_deref() == Some("x"))));
+    let WatchEvent::Bookmark(b) = events.last().unwrap() else { unreachable!() };
+    assert_eq!(b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str), Some("true"));
+
+    // A resourceVersion older than the history is Gone.
+    if !TestEnv::external() {
+        for i in 0..(TEST_WATCH_HISTORY + 10) {
+            cms.create(&PostParams::default(), &cm(&format!("g{i}"), &[])).await?;
+        }
+    }
+    let mut stream = cms.watch(&WatchParams::default(), "1").await?.boxed();
+    let ev = within(30, stream.next()).await?.expect("one event");
+    match ev? {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
+    let env = TestEnv::start("patches").await?;
+    env.install_crds().await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    cms.create(&PostParams::default(), &cm("p", &[("a", "1"), ("b", "2")])).await?;
+    let c = cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"data": {"a": null, "c": "3"}}))).await?;
+    assert_eq!(c.data.unwrap(), BTreeMap::from([("b".into(), "2".into()), ("c".into(), "3".into())]));
+    let jp: json_patch::Patch = serde_json::from_value(json!([{"op": "test", "path": "/data/b", "value": "2"}, {"op": "replace", "path": "/data/b", "value": "20"}]))?;
+    let c = cms.patch("p", &PatchParams::default(), &Patch::<()>::Json(jp)).await?;
+    assert_eq!(c.data.unwrap()["b"], "20");
+    let failing: json_patch::Patch = serde_json::from_value(json!([{"op": "test", "path": "/data/b", "value": "nope"}]))?;
+    assert_eq!(api_error(cms.patch("p", &PatchParams::default(), &Patch::<()>::Json(failing)).await.unwrap_err()).code, 422);
+    // Strategic merge: finalizers merge as a set.
+    cms.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["x.io/a"]}}))).await?;
+    let c = cms.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["x.io/b"]}}))).await?;
+    assert_eq!(c.metadata.finalizers.unwrap(), ["x.io/a", "x.io/b"]);
+    cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    // Custom resources have no strategic merge patch.
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    vms.create(&PostParams::default(), &vm("v")).await?;
+    let err = vms.patch("v", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"paused": true}}))).await.unwrap_err();
+    assert_eq!(api_error(err).code, 415);
+    Ok(())
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_fields_and_detects_conflicts() -> anyhow::Result<()> {
+    let env = TestEnv::start("ssa").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let cfg = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": data});
+    let alice = PatchParams::apply("alice");
+    let bob = PatchParams::apply("bob");
+    let c = cms.patch("s", &alice, &Patch::Apply(cfg(json!({"a": "1", "shared": "x"})))).await?;
+    let mf = c.metadata.managed_fields.unwrap();
+    let entry = mf.iter().find(|m| m.manager.as_deref() == Some("alice")).expect("alice manages fields");
+    assert_eq!(entry.operation.as_deref(), Some("Apply"));
+    let fields = serde_json::to_value(&entry.fields_v1)?;
+    assert!(fields.pointer("/f:data/f:a").is_some(), "{fields}");
+
+    // Bob setting alice's field to another value conflicts...
+    let err = api_error(cms.patch("s", &bob, &Patch::Apply(cfg(json!({"shared": "y"})))).await.unwrap_err());
+    assert_eq!(err.code, 409);
+    assert!(err.message.contains("alice"), "{}", err.message);
+    // ...the same value is shared ownership, and force takes it over.
+    cms.patch("s", &bob, &Patch::Apply(cfg(json!({"shared": "x", "b": "2"})))).await?;
+    let c = cms.patch("s", &bob.clone().force(), &Patch::Apply(cfg(json!({"shared": "z", "b": "2"})))).await?;
+    assert_eq!(c.data.as_ref().unwrap()["shared"], "z");
+
+    // Fields alice no longer applies go away, unless someone else owns them.
+    let c = cms.patch("s", &alice, &Patch::Apply(cfg(json!({})))).await?;
+    let data = c.data.unwrap_or_default();
+    assert!(!data.contains_key("a"), "dropped field removed: {data:?}");
+    assert_eq!(data.get("shared").map(String::as_str), Some("z"));
+    assert_eq!(data.get("b").map(String::as_str), Some("2"));
+
+    // An update by another writer takes ownership from the appliers.
+    let c = cms.patch("s", &PatchParams { field_manager: Some("carol".into()), ..Default::default() }, &Patch::Merge(json!({"data": {"b": "3"}}))).await?;
+    let carol = c.metadata.managed_fields.unwrap().into_iter().find(|m| m.manager.as_deref() == Some("carol")).expect("carol");
+    assert_eq!(carol.operation.as_deref(), Some("Update"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn dry_run_changes_nothing() -> anyhow::Result<()> {
+    let env = TestEnv::start("dryrun").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let pp = PostParams { dry_run: true, ..Default::default() };
+    let c = cms.create(&pp, &cm("d", &[("a", "1")])).await?;
+    assert_eq!(c.metadata.name.as_deref(), Some("d"));
+    assert!(cms.get_opt("d").await?.is_none());
+    cms.create(&PostParams::default(), &cm("d", &[("a", "1")])).await?;
+    cms.patch("d", &PatchParams { dry_run: true, ..Default::default() }, &Patch::Merge(json!({"data": {"a": "2"}}))).await?;
+    assert_eq!(cms.get("d").await?.data.unwrap()["a"], "1");
+    cms.delete("d", &DeleteParams { dry_run: true, ..Default::default() }).await?;
+    assert!(cms.get_opt("d").await?.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn schema_validation_defaulting_and_pruning() -> anyhow::Result<()> {
+    let env = TestEnv::start("schema").await?;
+    env.install_crds().await?;
+    let gvk = GroupVersionKind::gvk("banlieue.io", "v1alpha1", "VMClass");
+    let api: Api<DynamicObject> = Api::all_with(env.client.clone(), &ApiResource::from_gvk(&gvk));
+    let obj = |spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("c-{}", env.ns)}, "spec": spec})).unwrap()
+    };
+    // 422 naming every bad field.
+    let err = api_error(api.create(&PostParams::default(), &obj(json!({"cpus": 0, "memoryMiB": "lots", "firmware": "EFI"}))).await.unwrap_err());
+    assert_eq!(err.code, 422);
+    for field in ["spec.cpus", "spec.memoryMiB", "spec.firmware"] {
+        assert!(err.message.contains(field), "{field} in {}", err.message);
+    }
+    // Defaults are filled, unknown fields pruned.
+    let created = api.create(&PostParams::default(), &obj(json!({"cpus": 2, "memoryMiB": 1024, "bogus": true}))).await?;
+    assert_eq!(created.data["spec"]["firmware"], "BIOS");
+    assert!(created.data["spec"].get("bogus").is_none());
+    // fieldValidation=Strict refuses unknown fields instead.
+    let mut strict = obj(json!({"cpus": 2, "memoryMiB": 1024, "bogus": true}));
+    strict.metadata.name = Some(format!("s-{}", env.ns));
+    let req = http::Request::post("/apis/banlieue.io/v1alpha1/vmclasses?fieldValidation=Strict")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&strict)?)?;
+    let err = env.client.request::<DynamicObject>(req).await.unwrap_err();
+    let err = api_error(err);
+    assert_eq!(err.code, 400);
+    assert!(err.message.contains("bogus"), "{}", err.message);
+    api.delete(&format!("c-{}", env.ns), &DeleteParams::default()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn scale_subresource_reads_and_writes_replicas() -> anyhow::Result<()> {
+    let env = TestEnv::start("scale").await?;
+    env.install_crds().await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let pool: VirtualMachinePool = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "workers"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"pool": "workers"}},
+                 "template": {"metadata": {"labels": {"pool": "workers"}}, "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}}}
+    }))?;
+    pools.create(&PostParams::default(), &pool).await?;
+    let scale = pools.get_scale("workers").await?;
+    assert_eq!(scale.spec.unwrap().replicas, Some(2));
+    env.kubectl(&["scale", "-n", &env.ns, "vmpool/workers", "--replicas=5"]).await?;
+    assert_eq!(pools.get("workers").await?.spec.replicas, 5);
+    let s = pools.patch_scale("workers", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await?;
+    assert_eq!(s.spec.unwrap().replicas, Some(1));
+    assert_eq!(pools.get("workers").await?.spec.replicas, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_status_errors() -> anyhow::Result<()> {
+    let env = TestEnv::start("badinput").await?;
+    let send = |method: &str, uri: String, ct: &str, body: Vec<u8>| {
+        http::Request::builder().method(method).uri(uri).header("content-type", ct).body(kube::client::Body::from(body)).unwrap()
+    };
+    let base = format!("/api/v1/namespaces/{}/configmaps", env.ns);
+    let status = |resp: http::Response<kube::client::Body>| resp.status().as_u16();
+    assert_eq!(status(env.client.send(send("POST", base.clone(), "application/json", b"{not json".to_vec())).await?), 400);
+    assert_eq!(status(env.client.send(send("GET", "/apis/nope.example.com/v1/things".into(), "application/json", vec![])).await?), 404);
+    let big = serde_json::to_vec(&json!({"metadata": {"name": "big"}, "data": {"x": "a".repeat(4 * 1024 * 1024)}}))?;
+    let code = match env.client.send(send("POST", base.clone(), "application/json", big)).await {
+        Ok(r) => status(r),
+        Err(e) => panic!("oversized body: {e}"),
+    };
+    assert_eq!(code, 413);
+    env.client.send(send("POST", base.clone(), "application/json", serde_json::to_vec(&cm("t", &[]))?)).await?;
+    assert_eq!(status(env.client.send(send("PATCH", format!("{base}/t"), "application/xml", b"<x/>".to_vec())).await?), 415);
+
+    // Wrong or missing credentials.
+    let kc = std::fs::read_to_string(&env.kubeconfig)?;
+    if let Some(server) = env.embedded() {
+        let bad = kc.replace(&server.token, "wrong-token");
+        let path = env.dir().join("bad-kubeconfig");
+        std::fs::write(&path, bad)?;
+        let client = client_for(&path).await?;
+        let err = Api::<ConfigMap>::namespaced(client, &env.ns).list(&ListParams::default()).await.unwrap_err();
+        assert_eq!(api_error(err).code, 401);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn persisted_objects_survive_a_restart() -> anyhow::Result<()> {
+    if TestEnv::external() {
+        return Ok(());
+    }
+    let data = tempfile::tempdir()?;
+    let mut env = TestEnv::start_with("persist", Some(data.path())).await?;
+    env.install_crds().await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let created = vms.create(&PostParams::default(), &vm("keep")).await?;
+    let ns = env.ns.clone();
+    env.stop_server().await;
+    drop(env);
+    let env = TestEnv::start_with("persist2", Some(data.path())).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
+    let again = vms.get("keep").await?;
+    assert_eq!(again.metadata.uid, created.metadata.uid);
+    // resourceVersions keep increasing across the restart.
+    let next = vms.patch("keep", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true}}))).await?;
+    let rv = |o: &VirtualMachine| o.metadata.resource_version.clone().unwrap().parse::<u64>().unwrap();
+    assert!(rv(&next) > rv(&created));
+    Ok(())
+}

@@ -1,1 +1,237 @@
+//! What every end-to-end test needs: a Kubernetes API to talk to (the embedded
+//! server, or any cluster named by `BANLIEUE_TEST_KUBECONFIG`), a namespace of its
+//! own, kubectl wired to it, and bounded waits.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::Client;
+
+/// Events kept by the embedded server in tests (small, so `410 Gone` is reachable).
+pub const TEST_WATCH_HISTORY: usize = 200;
+
+/// A Kubernetes API for one test.
+pub struct TestEnv {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    /// A namespace created for this test (deleted when the test ends on a real cluster).
+    pub ns: String,
+    server: Option<banlieue_apiserver::ApiServer>,
+    dir: tempfile::TempDir,
+}
+
+impl TestEnv {
+    /// Whether tests run against an external cluster.
+    pub fn external() -> bool {
+        std::env::var_os("BANLIEUE_TEST_KUBECONFIG").is_some()
+    }
+
+    /// Start an embedded server (or connect to the external cluster) and create a namespace.
+    pub async fn start(test: &str) -> anyhow::Result<TestEnv> {
+        Self::start_with(test, None).await
+    }
+
+    /// Like [`start`](Self::start), with the embedded server persisting in `data_dir`.
+    pub async fn start_with(test: &str, data_dir: Option<&Path>) -> anyhow::Result<TestEnv> {
+        let _ = tracing_init();
+        let dir = tempfile::tempdir()?;
+        let (kubeconfig, server) = match std::env::var_os("BANLIEUE_TEST_KUBECONFIG") {
+            Some(path) => (PathBuf::from(path), None),
+            None => {
+                let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config {
+                    data_dir: data_dir.map(Path::to_path_buf),
+                    watch_history: TEST_WATCH_HISTORY,
+                    bookmark_interval: Duration::from_millis(500),
+                    ..Default::default()
+                })
+                .await?;
+                let path = dir.path().join("kubeconfig");
+                server.write_kubeconfig(&path)?;
+                (path, Some(server))
+            }
+        };
+        let client = client_for(&kubeconfig).await?;
+        let ns = format!("{}-{}", test.replace('_', "-"), &uuid_suffix());
+        let env = TestEnv { client, kubeconfig, ns, server, dir };
+        env.create_namespace(&env.ns).await?;
+        Ok(env)
+    }
+
+    pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"banlieue.io/test": "true"}}}))?;
+        api.create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+        Ok(())
+    }
+
+    /// The embedded server's URL and token (raw HTTP tests), if embedded.
+    pub fn embedded(&self) -> Option<&banlieue_apiserver::ApiServer> {
+        self.server.as_ref()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Install banlieue's CRDs (server-side apply) and wait until they are established.
+    pub async fn install_crds(&self) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let pp = PatchParams::apply("banlieue-tests").force();
+        let crds = banlieue_api::crdgen::all_crds();
+        for crd in &crds {
+            api.patch(crd.metadata.name.as_deref().unwrap_or_default(), &pp, &Patch::Apply(crd)).await?;
+        }
+        for crd in &crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            within(30, kube::runtime::wait::await_condition(api.clone(), &name, kube::runtime::wait::conditions::is_crd_established())).await??;
+        }
+        Ok(())
+    }
+
+    /// Run kubectl against this environment; fails on a non-zero exit.
+    pub async fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.kubectl_raw(args, None, &[]).await?;
+        if !out.status.success() {
+            bail!("kubectl {} failed: {}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Run kubectl with optional stdin and extra environment, returning the whole output.
+    pub async fn kubectl_raw(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> anyhow::Result<Output> {
+        let mut cmd = self.kubectl_command(args, env);
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().context("running kubectl (is it installed?)")?;
+        if let Some(input) = stdin {
+            use tokio::io::AsyncWriteExt;
+            let mut i = child.stdin.take().context("stdin")?;
+            i.write_all(input.as_bytes()).await?;
+        }
+        match tokio::time::timeout(Duration::from_secs(90), child.wait_with_output()).await {
+            Ok(out) => Ok(out?),
+            Err(_) => bail!("kubectl {} did not finish within 90s", args.join(" ")),
+        }
+    }
+
+    /// A kubectl command wired to this environment (stdout/stderr piped, killed on drop).
+    pub fn kubectl_command(&self, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Stop the embedded server (persistence tests) and hand back the data for a restart.
+    pub async fn stop_server(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        // On a shared cluster, leave nothing behind.
+        if self.server.is_none() && Self::external() {
+            let _ = Command::new("kubectl")
+                .args(["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"])
+                .env("KUBECONFIG", &self.kubeconfig)
+                .output();
+        }
+    }
+}
+
+/// A client for a kubeconfig file.
+pub async fn client_for(path: &Path) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+/// Await a future for at most `secs` seconds.
+pub async fn within<F: std::future::Future>(secs: u64, f: F) -> anyhow::Result<F::Output> {
+    tokio::time::timeout(Duration::from_secs(secs), f).await.map_err(|_| anyhow::anyhow!("timed out after {secs}s"))
+}
+
+/// Wait (through a watch, bounded) until an object is gone.
+pub async fn await_deleted<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let api = api.clone();
+    let name = name.to_string();
+    within(60, async move {
+        if api.get_opt(&name).await?.is_none() {
+            return Ok::<_, anyhow::Error>(());
+        }
+        let mut s = watcher(api.clone(), cfg).boxed();
+        while let Some(ev) = s.try_next().await? {
+            if let watcher::Event::Delete(_) = ev {
+                return Ok(());
+            }
+            if let watcher::Event::InitDone = ev {
+                if api.get_opt(&name).await?.is_none() {
+                    return Ok(());
+                }
+            }
+        }
+        bail!("watch ended")
+    })
+    .await?
+}
+
+/// Delete and wait until gone.
+pub async fn delete_and_wait<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    await_deleted(api, name).await
+}
+
+fn uuid_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{:x}{}", nanos & 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn tracing_init() -> Result<(), ()> {
+    Ok(())
+}
+
+/// Collect a watch stream's events until `pred` holds, within `secs` seconds.
+pub async fn watch_until<S, T>(stream: S, secs: u64, mut pred: impl FnMut(&[T]) -> bool) -> anyhow::Result<Vec<T>>
+where
+    S: futures::Stream<Item = Result<T, kube::Error>> + Unpin,
+{
+    let mut seen = Vec::new();
+    let mut stream = stream;
+    within(secs, async {
+        while let Some(ev) = stream.next().await {
+            seen.push(ev?);
+            if pred(&seen) {
+                return Ok::<_, anyhow::Error>(());
+            }
+        }
+        bail!("stream ended")
+    })
+    .await??;
+    Ok(seen)
+}

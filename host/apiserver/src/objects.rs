@@ -869,6 +869,7 @@ pub enum Propagation {
 
 struct DeleteOptions {
     propagation: Propagation,
+    dry_run: bool,
     uid: Option<String>,
     rv: Option<String>,
 }
@@ -894,8 +895,15 @@ fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {
         Some("Orphan") => Propagation::Orphan,
         Some(o) => return Err(ApiError::bad_request(format!("propagationPolicy {o:?} is invalid: must be Orphan, Background or Foreground"))),
     };
+    let dry_run = match body.get("dryRun") {
+        Some(Value::Array(a)) if a.iter().any(|v| v == "All") => true,
+        Some(Value::Array(a)) if a.is_empty() => req.dry_run()?,
+        None | Some(Value::Null) => req.dry_run()?,
+        Some(other) => return Err(ApiError::bad_request(format!("Invalid dry run value: {other}: supported values: \"All\""))),
+    };
     Ok(DeleteOptions {
         propagation,
+        dry_run,
         uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from),
         rv: body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(String::from),
     })
@@ -906,7 +914,7 @@ fn delete(req: &Request) -> ApiResult<Reply> {
         return Err(ApiError::method_not_allowed("subresources cannot be deleted"));
     }
     let opts = delete_options(req)?;
-    let dry = req.dry_run()?;
+    let dry = opts.dry_run;
     for _ in 0..16 {
         let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
             .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
@@ -984,7 +992,7 @@ pub fn delete_object(state: &State, rt: &ResourceType, current: &Arc<Value>, pro
 
 fn delete_collection(req: &Request) -> ApiResult<Reply> {
     let opts = delete_options(req)?;
-    let dry = req.dry_run()?;
+    let dry = opts.dry_run;
     let filter = Filter::from_request(req)?;
     let (items, _) = req.state.store.list(&req.rt.storage_key(), req.namespace.as_deref());
     let mut deleted = Vec::new();

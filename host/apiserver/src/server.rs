@@ -96,7 +96,7 @@ impl ApiServer {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
-        self.state.store.flush();
+        self.state.store.close();
     }
 }
 

@@ -258,10 +258,18 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Write everything committed so far to disk (clean shutdown).
+    /// Write everything committed so far to disk.
     pub fn flush(&self) {
         if let Some(p) = &self.persist {
             p.flush();
+        }
+    }
+
+    /// Write everything committed so far and close the database (clean shutdown).
+    /// Later commits are kept in memory only.
+    pub fn close(&self) {
+        if let Some(p) = &self.persist {
+            p.close();
         }
     }
 }
@@ -282,11 +290,14 @@ struct PersistOp {
 enum PersistMsg {
     Op(PersistOp),
     Flush(mpsc::Sender<()>),
+    /// Write what is queued, then close the database (releasing its file lock).
+    Close,
 }
 
 /// The write-behind persistence thread's handle.
 struct Persist {
     tx: Mutex<mpsc::Sender<PersistMsg>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Persist {
@@ -315,12 +326,19 @@ impl Persist {
             }
         }
         let (tx, rx) = mpsc::channel::<PersistMsg>();
-        std::thread::Builder::new().name("store-persist".into()).spawn(move || persist_loop(db, rx))?;
-        Ok((Persist { tx: Mutex::new(tx) }, rv, objects))
+        let thread = std::thread::Builder::new().name("store-persist".into()).spawn(move || persist_loop(db, rx))?;
+        Ok((Persist { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) }, rv, objects))
     }
 
     fn send(&self, op: PersistOp) {
         let _ = self.tx.lock().unwrap().send(PersistMsg::Op(op));
+    }
+
+    fn close(&self) {
+        let _ = self.tx.lock().unwrap().send(PersistMsg::Close);
+        if let Some(t) = self.thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
     }
 
     fn flush(&self) {
@@ -332,7 +350,9 @@ impl Persist {
 }
 
 fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
-    while let Ok(first) = rx.recv() {
+    let mut closing = false;
+    while !closing {
+        let Ok(first) = rx.recv() else { break };
         // Batch whatever is queued into one transaction.
         let mut ops = Vec::new();
         let mut waiters = Vec::new();
@@ -341,6 +361,7 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
             match msg {
                 PersistMsg::Op(op) => ops.push(op),
                 PersistMsg::Flush(w) => waiters.push(w),
+                PersistMsg::Close => closing = true,
             }
             next = if ops.len() < 4096 { rx.try_recv().ok() } else { None };
         }
