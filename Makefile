@@ -1,0 +1,26 @@
+# The two commands of the README, and a few helpers.
+.PHONY: dev test crds fuzz bench deps
+
+deps:
+	scripts/install-deps.sh
+
+## Install what is needed, then run banlieue dev (embedded API server + CRDs + roles).
+dev: deps
+	cargo run -p banlieue -- dev
+
+## Install what is needed, then run every test.
+test:
+	scripts/test.sh
+
+## Regenerate deploy/crds from the API types.
+crds:
+	cargo run -q -p banlieue -- crdgen
+
+## Benchmarks (figures go in BENCHMARKS.md).
+bench:
+	cargo bench -p banlieue-apiserver --bench apiserver
+
+## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
+FUZZ_SECONDS ?= 60
+fuzz:
+	cd fuzz && for t in $$(cargo +nightly fuzz list); do cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
