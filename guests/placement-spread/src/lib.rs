@@ -7,4 +7,4 @@ impl Guest for P {
         Ok(Decision { provider: c.provider, failure_domain: c.failure_domain, score: 0, reason: "x".into() })
     }
 }
-banlieue_sdk::export_placement_world!(P);
+banlieue_sdk::bindings::placement::export_placement_world!(P);

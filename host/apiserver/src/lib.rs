@@ -15,6 +15,7 @@ mod meta;
 mod objects;
 mod openapi;
 pub mod patch;
+pub mod protobuf;
 mod registry;
 mod router;
 pub mod schema;

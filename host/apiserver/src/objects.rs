@@ -234,6 +234,8 @@ fn decode(req: &Request) -> ApiResult<Value> {
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?,
         "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
+        crate::protobuf::CONTENT_TYPE if req.rt.builtin.is_some() => crate::protobuf::decode(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as protobuf: {e}")))?,
         other => {
             return Err(ApiError::unsupported_media(format!(
                 "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml"

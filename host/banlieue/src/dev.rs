@@ -27,7 +27,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: (!args.in_memory).then(|| args.data_dir.clone()),
         ..Default::default()
     };
-    let server = banlieue_apiserver::ApiServer::start(config).await.context("starting the embedded API server")?;
+    let server = banlieue_apiserver::ApiServer::start(config)
+        .await
+        .with_context(|| format!("starting the embedded API server on {} (is another `banlieue dev` running? use --listen)", args.listen))?;
     std::fs::create_dir_all(&args.data_dir)?;
     let kubeconfig_path = std::path::absolute(args.data_dir.join("kubeconfig"))?;
     server.write_kubeconfig(&kubeconfig_path)?;
