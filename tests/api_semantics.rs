@@ -484,3 +484,31 @@ async fn persisted_objects_survive_a_restart() -> anyhow::Result<()> {
     assert!(rv(&next) > rv(&created));
     Ok(())
 }
+
+#[tokio::test]
+async fn crds_serve_at_once_and_their_deletion_removes_objects() -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = TestEnv::start("crdlife").await?;
+    // A group of this test's own, so a shared cluster is left as it was.
+    let group = format!("{}.test.banlieue.io", env.ns);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
+    }))?;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    crds.create(&PostParams::default(), &crd).await?;
+    let name = format!("widgets.{group}");
+    within(30, kube::runtime::wait::await_condition(crds.clone(), &name, kube::runtime::wait::conditions::is_crd_established())).await??;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
+    let widgets: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &ar);
+    let w: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}}))?;
+    widgets.create(&PostParams::default(), &w).await?;
+    assert_eq!(widgets.get("w").await?.data["spec"]["size"], 3);
+    crds.delete(&name, &DeleteParams::default()).await?;
+    await_deleted(&crds, &name).await?;
+    let err = widgets.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(api_error(err).code, 404, "resource no longer served");
+    Ok(())
+}

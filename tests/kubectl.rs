@@ -138,3 +138,34 @@ async fn get_watch_streams_new_objects() -> anyhow::Result<()> {
     child.kill().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn create_built_ins_and_describe_shows_events() -> anyhow::Result<()> {
+    let env = TestEnv::start("kubectl-builtins").await?;
+    env.install_crds().await?;
+    let ns = env.ns.as_str();
+    // Typed kubectl commands send protobuf bodies.
+    env.kubectl(&["create", "configmap", "settings", "-n", ns, "--from-literal=mode=fast"]).await?;
+    env.kubectl(&["create", "secret", "generic", "creds", "-n", ns, "--from-literal=password=s3cret"]).await?;
+    let data = env.kubectl(&["get", "secret", "creds", "-n", ns, "-o", "jsonpath={.data.password}"]).await?;
+    assert_eq!(data, "czNjcmV0");
+    env.kubectl(&["label", "configmap", "settings", "-n", ns, "tier=gold"]).await?;
+    let labelled = env.kubectl(&["get", "configmaps", "-n", ns, "-l", "tier=gold", "-o", "name"]).await?;
+    assert_eq!(labelled.trim(), "configmap/settings");
+
+    env.kubectl(&["apply", "-n", ns, "-f", &quickstart()]).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    let vm = vms.get("hello").await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), ns);
+    let ev: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "hello.1"},
+        "involvedObject": {"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": "hello", "namespace": ns, "uid": vm.metadata.uid},
+        "reason": "Scheduled", "message": "placed on lab-libvirt/host-1", "type": "Normal",
+        "source": {"component": "banlieue-controller"}, "count": 1,
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"
+    }))?;
+    events.create(&Default::default(), &ev).await?;
+    let described = env.kubectl(&["describe", "vm", "hello", "-n", ns]).await?;
+    assert!(described.contains("Scheduled") && described.contains("placed on lab-libvirt/host-1"), "{described}");
+    Ok(())
+}

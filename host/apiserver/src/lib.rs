@@ -31,7 +31,4 @@ mod watch;
 
 pub use server::{ApiServer, Config, MAX_BODY};
 
-/// Entry points for fuzzing request decoding and patching without a network.
-pub mod fuzzing {
-    pub use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
-}
+pub mod fuzzing;

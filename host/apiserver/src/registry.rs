@@ -133,12 +133,6 @@ impl Registry {
         self.by_gvr.get(&(group.to_string(), version.to_string(), plural.to_string())).cloned()
     }
 
-    /// Find a resource by apiVersion + kind (owner references, CRD bookkeeping).
-    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
-        let (g, v) = split_api_version(api_version);
-        self.by_gvr.values().find(|t| t.group == g && t.version == v && t.kind == kind).cloned()
-    }
-
     /// Is any resource of this group served (any version)?
     pub fn groups(&self) -> Vec<String> {
         self.group_order.clone()
@@ -158,13 +152,6 @@ impl Registry {
 
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
         self.by_gvr.values().cloned().collect()
-    }
-}
-
-pub fn split_api_version(api_version: &str) -> (&str, &str) {
-    match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
     }
 }
 

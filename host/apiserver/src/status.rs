@@ -38,9 +38,6 @@ impl ApiError {
     pub fn method_not_allowed(msg: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", msg)
     }
-    pub fn not_acceptable(msg: impl Into<String>) -> Self {
-        Self::new(406, "NotAcceptable", msg)
-    }
     pub fn already_exists(resource: &str, name: &str) -> Self {
         let mut e = Self::new(409, "AlreadyExists", format!("{resource} \"{name}\" already exists"));
         e.details = Some(json!({"name": name, "kind": resource}));
@@ -127,12 +124,3 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
-
-/// A `Status` reporting success (e.g. a deletecollection).
-pub fn success_status(details: Option<Value>) -> Value {
-    let mut s = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
-    if let Some(d) = details {
-        s["details"] = d;
-    }
-    s
-}

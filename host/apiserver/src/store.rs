@@ -25,16 +25,6 @@ pub enum EventType {
     Deleted,
 }
 
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
 /// A committed change.
 #[derive(Debug)]
 pub struct Event {
