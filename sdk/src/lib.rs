@@ -1,38 +1,28 @@
-pub mod bindings {
-    pub mod host {
-        wit_bindgen::generate!({
-            path: "../wit/host",
-            world: "banlieue:host/capabilities",
-            generate_all,
-        });
-    }
-    pub mod placement {
-        wit_bindgen::generate!({
-            path: ["../wit/host", "../wit/placement"],
-            world: "banlieue:placement/placement",
-            with: {
-                "banlieue:host/types@0.1.0": crate::bindings::host::banlieue::host::types,
-                "banlieue:host/log@0.1.0": crate::bindings::host::banlieue::host::log,
-            },
-            pub_export_macro: true,
-            export_macro_name: "export_placement_world",
-            default_bindings_module: "banlieue_sdk::bindings::placement",
-        });
-    }
-    pub mod provider {
-        wit_bindgen::generate!({
-            path: ["../wit/host", "../wit/provider"],
-            world: "banlieue:provider/provider",
-            with: {
-                "banlieue:host/types@0.1.0": crate::bindings::host::banlieue::host::types,
-                "banlieue:host/log@0.1.0": crate::bindings::host::banlieue::host::log,
-                "banlieue:host/http@0.1.0": crate::bindings::host::banlieue::host::http,
-                "banlieue:host/libvirt@0.1.0": crate::bindings::host::banlieue::host::libvirt,
-                "banlieue:host/secrets@0.1.0": crate::bindings::host::banlieue::host::secrets,
-            },
-            pub_export_macro: true,
-            export_macro_name: "export_provider_world",
-            default_bindings_module: "banlieue_sdk::bindings::provider",
-        });
-    }
+//! Guest-side SDK for banlieue components.
+//!
+//! A placement policy or provider driver depends on this crate, implements
+//! [`placement::Policy`] or [`provider::Driver`], and exports it with
+//! [`export_placement!`] or [`export_provider!`]. The host capabilities are
+//! wrapped in [`http`], [`secrets`] and [`log`]; everything returns [`Error`],
+//! the contract's error variant, so `?` works across them.
+
+pub mod bindings;
+mod error;
+pub mod http;
+pub mod log;
+pub mod placement;
+pub mod provider;
+pub mod secrets;
+pub mod selector;
+
+pub use bindings::host::banlieue::host::types::{Error, Pairs};
+pub use error::Result;
+
+// Used by the export macros from the guest crate.
+#[doc(hidden)]
+pub use serde_json as __serde_json;
+
+/// Look a key up in a list of label or header pairs.
+pub fn lookup<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }

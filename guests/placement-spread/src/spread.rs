@@ -1,0 +1,154 @@
+//! Spread: put the VM where the fewest VMs of its group already run.
+//!
+//! Candidates lacking capacity, classes or features, or breaking a required
+//! anti-affinity rule, are dropped. The rest are ordered by
+//! `group VMs + preferred anti-affinity penalty`, then by total VMs in the
+//! domain, then by (provider, failure domain) so equal candidates always
+//! resolve the same way.
+
+use banlieue_sdk::lookup;
+use banlieue_sdk::placement::{self, Candidate, Decision, PlacedVm, Policy, Request, Result};
+use serde::Deserialize;
+
+/// PlacementPolicy parameters.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Params {
+    /// Label keys that define the VM's group (default: its pool, else all its labels).
+    #[serde(default)]
+    spread_by: Option<Vec<String>>,
+}
+
+/// The spread policy.
+pub struct Spread;
+
+impl Policy for Spread {
+    fn choose(req: &Request, candidates: &[Candidate]) -> Result<Decision> {
+        let params: Params = placement::parameters(req)?;
+        let feasible = placement::feasible(req, candidates)?;
+        let total = candidates.len();
+        let fit = feasible.len();
+        let best = feasible
+            .into_iter()
+            .map(|f| {
+                let group = f.candidate.vms.iter().filter(|vm| in_group(req, &params, vm)).count() as u64;
+                (group + f.penalty, group, f)
+            })
+            .min_by(|(a, _, fa), (b, _, fb)| {
+                a.cmp(b)
+                    .then(fa.candidate.vm_count.cmp(&fb.candidate.vm_count))
+                    .then_with(|| placement::tie_break(fa.candidate).cmp(&placement::tie_break(fb.candidate)))
+            })
+            .expect("feasible() never returns an empty list");
+        let (cost, group, f) = best;
+        let reason = format!(
+            "spread: {group} VM(s) of this group in {} (anti-affinity penalty {}); {fit} of {total} candidates fit",
+            placement::name(f.candidate),
+            f.penalty
+        );
+        Ok(placement::decide(f.candidate, -(cost.min(i64::MAX as u64) as i64), reason))
+    }
+}
+
+fn in_group(req: &Request, params: &Params, vm: &PlacedVm) -> bool {
+    match &params.spread_by {
+        Some(keys) => {
+            vm.namespace == req.vm_namespace
+                && keys.iter().all(|k| lookup(&vm.labels, k) == lookup(&req.vm_labels, k))
+        }
+        None => placement::same_group(req, vm),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_sdk::Error;
+    use banlieue_sdk::placement::fixtures::*;
+    use banlieue_sdk::placement::{AntiAffinity, SelectorOp, SelectorRequirement};
+
+    const POOL: (&str, &str) = ("banlieue.io/pool", "web");
+
+    #[test]
+    fn picks_the_domain_with_fewest_vms_of_the_pool() {
+        let req = request("ns", "web-3", &[POOL]);
+        let all = [
+            with_vms(candidate("p", "a"), "ns", &[POOL], 2),
+            // Busy with other VMs, but none of this pool.
+            with_vms(candidate("p", "b"), "ns", &[("banlieue.io/pool", "db")], 5),
+            with_vms(candidate("p", "c"), "ns", &[POOL], 1),
+        ];
+        let d = Spread::choose(&req, &all).unwrap();
+        assert_eq!(d.failure_domain, "b");
+        assert_eq!(d.score, 0);
+    }
+
+    #[test]
+    fn ties_break_on_total_vms_then_names() {
+        let req = request("ns", "vm", &[POOL]);
+        let all = [candidate("q", "a"), with_vms(candidate("p", "z"), "ns", &[], 1), candidate("p", "b")];
+        let d = Spread::choose(&req, &all).unwrap();
+        assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p", "b"));
+        // Input order does not matter.
+        let mut rev = all.clone();
+        rev.reverse();
+        assert_eq!(Spread::choose(&req, &rev).unwrap(), d);
+    }
+
+    #[test]
+    fn vms_in_other_namespaces_do_not_count() {
+        let req = request("ns", "vm", &[POOL]);
+        let all = [with_vms(candidate("p", "a"), "other", &[POOL], 3), with_vms(candidate("p", "b"), "ns", &[POOL], 1)];
+        assert_eq!(Spread::choose(&req, &all).unwrap().failure_domain, "a");
+    }
+
+    #[test]
+    fn preferred_anti_affinity_weighs_by_weight() {
+        let mut req = request("ns", "vm", &[POOL]);
+        req.anti_affinity.push(AntiAffinity {
+            topology_key: "banlieue.io/failure-domain".into(),
+            selector: vec![SelectorRequirement { key: "role".into(), op: SelectorOp::Exists, values: vec![] }],
+            required: false,
+            weight: 10,
+        });
+        let all = [
+            // One VM of the pool, no conflicting VM: cost 1.
+            with_vms(candidate("p", "a"), "ns", &[POOL], 1),
+            // No VM of the pool but one matching the rule: cost 10.
+            with_vms(candidate("p", "b"), "ns", &[("role", "x")], 1),
+        ];
+        let d = Spread::choose(&req, &all).unwrap();
+        assert_eq!(d.failure_domain, "a");
+        assert_eq!(d.score, -1);
+    }
+
+    #[test]
+    fn required_anti_affinity_and_capacity_filter() {
+        let mut req = request("ns", "vm", &[POOL]);
+        req.anti_affinity.push(AntiAffinity {
+            topology_key: "banlieue.io/provider".into(),
+            selector: vec![SelectorRequirement { key: "banlieue.io/pool".into(), op: SelectorOp::In, values: vec!["web".into()] }],
+            required: true,
+            weight: 1,
+        });
+        let mut tiny = candidate("q", "a");
+        tiny.capacity.cpus = 1;
+        let all = [candidate("p", "a"), with_vms(candidate("p", "b"), "ns", &[POOL], 1), tiny];
+        let err = Spread::choose(&req, &all).unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(err.message().contains("q/a: 1 free CPUs"), "{err:?}");
+    }
+
+    #[test]
+    fn spread_by_parameter_overrides_the_group() {
+        let mut req = request("ns", "vm", &[("app", "api"), ("team", "x")]);
+        req.parameters = r#"{"spreadBy": ["app"]}"#.into();
+        let all = [
+            with_vms(candidate("p", "a"), "ns", &[("app", "api"), ("team", "y")], 1),
+            with_vms(candidate("p", "b"), "ns", &[("app", "web"), ("team", "x")], 2),
+        ];
+        assert_eq!(Spread::choose(&req, &all).unwrap().failure_domain, "b");
+        req.parameters = r#"{"bogus": 1}"#.into();
+        assert!(matches!(Spread::choose(&req, &all), Err(Error::InvalidSpec(_))));
+    }
+}

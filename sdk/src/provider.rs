@@ -1,0 +1,111 @@
+//! Writing a provider driver: implement [`Driver`] and call [`export_provider!`].
+//!
+//! A driver instance keeps no state between calls: everything it needs comes
+//! in the [`ProviderConfig`] and the call's arguments, and the backend is the
+//! source of truth (`create` finds an existing machine by its UID).
+
+pub use crate::bindings::host::banlieue::host::libvirt;
+pub use crate::bindings::provider::banlieue::provider::types::{
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase,
+    ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, Nic, PowerState,
+    ProviderConfig, UrlSource,
+};
+pub use crate::{Error, Result};
+
+/// The `banlieue:provider` contract version this SDK implements.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+
+/// A provider driver. Every call may be retried; all must be idempotent.
+pub trait Driver {
+    /// Check the connection; report failure domains and free capacity.
+    fn probe(config: &ProviderConfig) -> Result<Inventory>;
+    /// Create `machine`, or return the existing one with the same UID.
+    fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus>;
+    /// Current status of a machine.
+    fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus>;
+    /// Drive the machine towards `state`.
+    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState) -> Result<MachineStatus>;
+    /// Remove the machine; a machine already gone is success.
+    fn delete(config: &ProviderConfig, machine: &MachineRef) -> Result<()>;
+    /// Import an image; called again until it is ready or failed.
+    fn import_image(_config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
+        Err(Error::InvalidSpec(format!("this driver does not import images ({})", request.name)))
+    }
+}
+
+/// `delete` semantics: a `not-found` error is success.
+pub fn ignore_not_found(result: Result<()>) -> Result<()> {
+    match result {
+        Err(Error::NotFound(_)) => Ok(()),
+        other => other,
+    }
+}
+
+/// The backend target for an abstract storage class, from the Provider's mapping.
+pub fn storage_target<'a>(config: &'a ProviderConfig, class: &str) -> Result<&'a str> {
+    crate::lookup(&config.storage_classes, class)
+        .ok_or_else(|| Error::InvalidSpec(format!("storage class {class:?} is not mapped by this Provider")))
+}
+
+/// The backend network for an abstract network class, from the Provider's mapping.
+pub fn network_target<'a>(config: &'a ProviderConfig, class: &str) -> Result<&'a str> {
+    crate::lookup(&config.network_classes, class)
+        .ok_or_else(|| Error::InvalidSpec(format!("network class {class:?} is not mapped by this Provider")))
+}
+
+/// A condition with the given type and status.
+pub fn condition(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if status { ConditionStatus::True } else { ConditionStatus::False },
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+/// Export a [`Driver`] as this component's `banlieue:provider/driver`.
+///
+/// Only on wasm32, so the crate's logic also builds and tests natively.
+#[macro_export]
+macro_rules! export_provider {
+    ($driver:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        #[doc(hidden)]
+        mod __banlieue_provider_export {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::bindings::provider::exports::banlieue::provider::driver as wit;
+            use $crate::provider::Driver as _;
+            type D = $driver;
+            pub struct Exported;
+            impl wit::Guest for Exported {
+                fn contract_version() -> ::std::string::String {
+                    $crate::provider::CONTRACT_VERSION.into()
+                }
+                fn probe(config: wit::ProviderConfig) -> ::core::result::Result<wit::Inventory, wit::Error> {
+                    D::probe(&config)
+                }
+                fn create(config: wit::ProviderConfig, machine: wit::Machine) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::create(&config, &machine)
+                }
+                fn describe(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::describe(&config, &machine)
+                }
+                fn set_power(
+                    config: wit::ProviderConfig,
+                    machine: wit::MachineRef,
+                    state: wit::PowerState,
+                ) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::set_power(&config, &machine, state)
+                }
+                fn delete(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<(), wit::Error> {
+                    D::delete(&config, &machine)
+                }
+                fn import_image(config: wit::ProviderConfig, request: wit::ImageRequest) -> ::core::result::Result<wit::ImageStatus, wit::Error> {
+                    D::import_image(&config, &request)
+                }
+            }
+            $crate::bindings::provider::export_provider_world!(Exported with_types_in $crate::bindings::provider);
+        }
+    };
+}
