@@ -14,10 +14,31 @@ use serde_json::json;
 
 const CONCURRENCY: usize = 32;
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    pages * 4096
+/// Counts live heap bytes, so memory per stored object is measured, not guessed from RSS.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as i64 - l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live_bytes() -> i64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn crd() -> serde_json::Value {
@@ -65,10 +86,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 struct RunResult {
     creates_per_s: f64,
     latencies_ms: Vec<f64>,
-    rss_growth: u64,
+    /// Heap bytes per stored object beyond its stored JSON size.
+    overhead_per_object: f64,
 }
 
-async fn run(n: usize, watch: bool, data_dir: Option<std::path::PathBuf>) -> anyhow::Result<RunResult> {
+/// `n` creates with `concurrency` in flight, optionally watched, optionally persisted.
+async fn run(n: usize, concurrency: usize, watch: bool, data_dir: Option<std::path::PathBuf>) -> anyhow::Result<RunResult> {
     let server = ApiServer::start(Config { data_dir, ..Default::default() }).await?;
     let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig)?;
     let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)?;
@@ -98,15 +121,19 @@ async fn run(n: usize, watch: bool, data_dir: Option<std::path::PathBuf>) -> any
         None
     };
 
-    let rss_before = rss_bytes();
+    let heap_before = live_bytes();
     let start = Instant::now();
+    let stored_json = std::sync::atomic::AtomicUsize::new(0);
     futures::stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
             async move { api.create(&PostParams::default(), &object(i, t0)).await }
         })
-        .buffer_unordered(CONCURRENCY)
-        .try_for_each(|_| async { Ok(()) })
+        .buffer_unordered(concurrency)
+        .try_for_each(|o| {
+            stored_json.fetch_add(serde_json::to_vec(&o).map(|v| v.len()).unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+            async { Ok(()) }
+        })
         .await?;
     let elapsed = start.elapsed();
     let mut latencies_ms = match watcher {
@@ -114,9 +141,10 @@ async fn run(n: usize, watch: bool, data_dir: Option<std::path::PathBuf>) -> any
         None => vec![],
     };
     latencies_ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let rss_growth = rss_bytes().saturating_sub(rss_before);
+    let growth = (live_bytes() - heap_before) as f64;
+    let overhead_per_object = growth / n as f64 - stored_json.into_inner() as f64 / n as f64;
     server.shutdown().await;
-    Ok(RunResult { creates_per_s: n as f64 / elapsed.as_secs_f64(), latencies_ms, rss_growth })
+    Ok(RunResult { creates_per_s: n as f64 / elapsed.as_secs_f64(), latencies_ms, overhead_per_object })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -128,26 +156,33 @@ fn median(mut v: Vec<f64>) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let n: usize = std::env::var("BENCH_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let rounds = 3;
-    println!("embedded API server: {n} creates of a 2 KiB custom object, concurrency {CONCURRENCY}, {rounds} rounds (medians)");
-    let (mut plain, mut watched, mut persisted, mut p50, mut p99, mut mem) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    println!("embedded API server: {n} creates of a 2 KiB custom object, {rounds} rounds, medians");
+    let (mut plain, mut watched, mut persisted) = (vec![], vec![], vec![]);
+    let (mut load_p50, mut load_p99, mut seq_p50, mut seq_p99, mut mem) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
         // Variants interleaved in one run so machine noise hits all of them alike.
-        plain.push(run(n, false, None).await?.creates_per_s);
-        let r = run(n, true, None).await?;
+        plain.push(run(n, CONCURRENCY, false, None).await?.creates_per_s);
+        let r = run(n, CONCURRENCY, true, None).await?;
         watched.push(r.creates_per_s);
-        p50.push(percentile(&r.latencies_ms, 0.50));
-        p99.push(percentile(&r.latencies_ms, 0.99));
-        mem.push(r.rss_growth as f64 / n as f64 - 2048.0);
+        load_p50.push(percentile(&r.latencies_ms, 0.50));
+        load_p99.push(percentile(&r.latencies_ms, 0.99));
         let dir = tempfile_dir();
-        persisted.push(run(n, true, Some(dir.clone())).await?.creates_per_s);
+        persisted.push(run(n, CONCURRENCY, true, Some(dir.clone())).await?.creates_per_s);
         let _ = std::fs::remove_dir_all(dir);
+        // One create at a time: what a watcher sees when the server is not saturated.
+        let r = run(n / 5, 1, true, None).await?;
+        seq_p50.push(percentile(&r.latencies_ms, 0.50));
+        seq_p99.push(percentile(&r.latencies_ms, 0.99));
+        mem.push(r.overhead_per_object);
     }
-    println!("creates/s, no watcher:            {:>8.0}", median(plain));
-    println!("creates/s, 1 watcher:             {:>8.0}", median(watched));
-    println!("creates/s, 1 watcher, --data-dir: {:>8.0}", median(persisted));
-    println!("watch delivery latency p50:       {:>8.2} ms", median(p50));
-    println!("watch delivery latency p99:       {:>8.2} ms", median(p99));
-    println!("RSS per object beyond its 2 KiB:  {:>8.0} bytes", median(mem));
+    println!("creates/s, {CONCURRENCY} in flight, no watcher:          {:>8.0}", median(plain));
+    println!("creates/s, {CONCURRENCY} in flight, 1 watcher:           {:>8.0}", median(watched));
+    println!("creates/s, {CONCURRENCY} in flight, 1 watcher, data-dir: {:>8.0}", median(persisted));
+    println!("watch latency at saturation ({CONCURRENCY} in flight) p50:  {:>8.2} ms", median(load_p50));
+    println!("watch latency at saturation ({CONCURRENCY} in flight) p99:  {:>8.2} ms", median(load_p99));
+    println!("watch latency, one create at a time, p50:     {:>8.2} ms", median(seq_p50));
+    println!("watch latency, one create at a time, p99:     {:>8.2} ms", median(seq_p99));
+    println!("heap per stored object beyond its JSON:       {:>8.0} bytes", median(mem));
     Ok(())
 }
 
