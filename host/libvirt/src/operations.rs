@@ -1,0 +1,238 @@
+//! The operations of `banlieue:host/libvirt`, one method each.
+
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::error::{Error as VirtError, ErrorNumber};
+use virt::storage_pool::StoragePool;
+use virt::storage_vol::StorageVol;
+use virt::stream::Stream;
+use virt::sys;
+
+use crate::connection::{Libvirt, check_c_string};
+use crate::error::Result;
+use crate::types::{DomainInfo, DomainState, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo};
+
+/// Upload chunk size: large enough to keep round trips few, small enough to bound one send.
+const UPLOAD_CHUNK: usize = 256 * 1024;
+
+impl Libvirt {
+    /// Define (or redefine) a persistent domain from XML.
+    pub async fn domain_define(&self, xml: String) -> Result<DomainInfo> {
+        check_c_string("domain XML", &xml)?;
+        self.run("domain-define", move |c| {
+            domain_info(&Domain::define_xml(c, &xml)?)
+        })
+        .await
+    }
+
+    /// Start a defined domain.
+    pub async fn domain_start(&self, name: &str) -> Result<()> {
+        self.with_domain("domain-start", name, |d| d.create().map(drop))
+            .await
+    }
+
+    /// Graceful shutdown (ACPI); returns before the guest is off.
+    pub async fn domain_shutdown(&self, name: &str) -> Result<()> {
+        self.with_domain("domain-shutdown", name, |d| d.shutdown().map(drop))
+            .await
+    }
+
+    /// Hard power-off.
+    pub async fn domain_destroy(&self, name: &str) -> Result<()> {
+        self.with_domain("domain-destroy", name, |d| d.destroy())
+            .await
+    }
+
+    /// Remove the definition, including NVRAM and managed save; the domain must be off.
+    pub async fn domain_undefine(&self, name: &str) -> Result<()> {
+        self.with_domain("domain-undefine", name, |d| {
+            let flags = sys::VIR_DOMAIN_UNDEFINE_NVRAM | sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE;
+            match d.undefine_flags(flags) {
+                // Drivers without NVRAM (e.g. `test:///`) refuse the flag; nothing to remove there.
+                Err(e) if e.code() == ErrorNumber::InvalidArg => d.undefine(),
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// The domain's current state.
+    pub async fn domain_state(&self, name: &str) -> Result<DomainState> {
+        self.with_domain("domain-get-state", name, |d| {
+            d.get_state()
+                .map(|(state, _reason)| DomainState::from_raw(state))
+        })
+        .await
+    }
+
+    /// The domain's XML, as libvirt would define it.
+    pub async fn domain_xml(&self, name: &str) -> Result<String> {
+        self.with_domain("domain-xml", name, |d| d.get_xml_desc(0))
+            .await
+    }
+
+    /// Every domain, running or only defined.
+    pub async fn domain_list(&self) -> Result<Vec<DomainInfo>> {
+        self.run("domain-list", |c| {
+            c.list_all_domains(0)?.iter().map(domain_info).collect()
+        })
+        .await
+    }
+
+    /// Create a volume in `pool` from volume XML.
+    pub async fn volume_create(&self, pool: &str, xml: String) -> Result<VolumeInfo> {
+        check_c_string("pool name", pool)?;
+        check_c_string("volume XML", &xml)?;
+        let pool = pool.to_string();
+        self.run("volume-create", move |c| {
+            let pool = StoragePool::lookup_by_name(c, &pool)?;
+            volume_info(&StorageVol::create_xml(&pool, &xml, 0)?)
+        })
+        .await
+    }
+
+    /// Replace the start of the volume's content with `bytes` (the volume keeps its capacity).
+    pub async fn volume_upload(&self, pool: &str, name: &str, bytes: Vec<u8>) -> Result<()> {
+        self.with_volume("volume-upload", pool, name, move |c, vol| {
+            let stream = Stream::new(c, 0)?;
+            vol.upload(&stream, 0, bytes.len() as u64, 0)?;
+            for chunk in bytes.chunks(UPLOAD_CHUNK) {
+                let mut sent = 0;
+                while sent < chunk.len() {
+                    match stream.send(&chunk[sent..]) {
+                        Ok(n) => sent += n,
+                        Err(e) => {
+                            let _ = stream.abort();
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            stream.finish()
+        })
+        .await
+    }
+
+    /// Delete a volume and its content.
+    pub async fn volume_delete(&self, pool: &str, name: &str) -> Result<()> {
+        self.with_volume("volume-delete", pool, name, |_, vol| vol.delete(0))
+            .await
+    }
+
+    /// The volumes of `pool`.
+    pub async fn volume_list(&self, pool: &str) -> Result<Vec<VolumeInfo>> {
+        check_c_string("pool name", pool)?;
+        let pool = pool.to_string();
+        self.run("volume-list", move |c| {
+            let pool = StoragePool::lookup_by_name(c, &pool)?;
+            pool.list_all_volumes(0)?.iter().map(volume_info).collect()
+        })
+        .await
+    }
+
+    /// Every storage pool, active or not.
+    pub async fn pool_list(&self) -> Result<Vec<PoolInfo>> {
+        self.run("pool-list", |c| {
+            c.list_all_storage_pools(0)?
+                .iter()
+                .map(|p| {
+                    let info = p.get_info()?;
+                    Ok(PoolInfo {
+                        name: p.get_name()?,
+                        active: p.is_active()?,
+                        capacity_bytes: info.capacity,
+                        available_bytes: info.available,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Every virtual network, active or not.
+    pub async fn network_list(&self) -> Result<Vec<NetworkInfo>> {
+        self.run("network-list", |c| {
+            c.list_all_networks(0)?
+                .iter()
+                .map(|n| {
+                    Ok(NetworkInfo {
+                        name: n.get_name()?,
+                        active: n.is_active()?,
+                        // Networks without a bridge (e.g. hostdev forwarding) report an error here.
+                        bridge: n.get_bridge_name().ok().filter(|b| !b.is_empty()),
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// The hypervisor host.
+    pub async fn node_info(&self) -> Result<NodeInfo> {
+        self.run("node-info", |c| {
+            let info = c.get_node_info()?;
+            Ok(NodeInfo {
+                hostname: c.get_hostname()?,
+                model: info.model,
+                cpus: info.cpus,
+                mhz: info.mhz,
+                memory_kib: info.memory,
+            })
+        })
+        .await
+    }
+
+    async fn with_domain<T, F>(&self, op: &'static str, name: &str, call: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Domain) -> std::result::Result<T, VirtError> + Send + 'static,
+    {
+        check_c_string("domain name", name)?;
+        let name = name.to_string();
+        self.run(op, move |c| call(&Domain::lookup_by_name(c, &name)?))
+            .await
+    }
+
+    async fn with_volume<T, F>(
+        &self,
+        op: &'static str,
+        pool: &str,
+        name: &str,
+        call: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connect, &StorageVol) -> std::result::Result<T, VirtError> + Send + 'static,
+    {
+        check_c_string("pool name", pool)?;
+        check_c_string("volume name", name)?;
+        let (pool, name) = (pool.to_string(), name.to_string());
+        self.run(op, move |c| {
+            let pool = StoragePool::lookup_by_name(c, &pool)?;
+            call(c, &StorageVol::lookup_by_name(&pool, &name)?)
+        })
+        .await
+    }
+}
+
+fn domain_info(d: &Domain) -> std::result::Result<DomainInfo, VirtError> {
+    let info = d.get_info()?;
+    Ok(DomainInfo {
+        name: d.get_name()?,
+        uuid: d.get_uuid_string()?,
+        state: DomainState::from_raw(info.state),
+        vcpus: info.nr_virt_cpu,
+        memory_kib: info.max_mem,
+    })
+}
+
+fn volume_info(v: &StorageVol) -> std::result::Result<VolumeInfo, VirtError> {
+    let info = v.get_info()?;
+    Ok(VolumeInfo {
+        name: v.get_name()?,
+        key: v.get_key()?,
+        path: v.get_path()?,
+        capacity_bytes: info.capacity,
+        allocation_bytes: info.allocation,
+    })
+}

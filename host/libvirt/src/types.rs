@@ -1,0 +1,83 @@
+//! The records a libvirt call returns; they mirror `banlieue:host/libvirt` in `wit/host/libvirt.wit`.
+
+/// libvirt's `virDomainState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DomainState {
+    NoState,
+    Running,
+    Blocked,
+    Paused,
+    Shutdown,
+    Shutoff,
+    Crashed,
+    PmSuspended,
+}
+
+impl DomainState {
+    /// Map a raw `virDomainState`; values newer than this crate read as `NoState`.
+    pub(crate) fn from_raw(state: virt::sys::virDomainState) -> Self {
+        use virt::sys;
+        match state {
+            sys::VIR_DOMAIN_RUNNING => DomainState::Running,
+            sys::VIR_DOMAIN_BLOCKED => DomainState::Blocked,
+            sys::VIR_DOMAIN_PAUSED => DomainState::Paused,
+            sys::VIR_DOMAIN_SHUTDOWN => DomainState::Shutdown,
+            sys::VIR_DOMAIN_SHUTOFF => DomainState::Shutoff,
+            sys::VIR_DOMAIN_CRASHED => DomainState::Crashed,
+            sys::VIR_DOMAIN_PMSUSPENDED => DomainState::PmSuspended,
+            _ => DomainState::NoState,
+        }
+    }
+}
+
+/// A domain (VM) as libvirt knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainInfo {
+    pub name: String,
+    pub uuid: String,
+    pub state: DomainState,
+    pub vcpus: u32,
+    /// The domain's configured (maximum) memory.
+    pub memory_kib: u64,
+}
+
+/// A storage volume inside a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeInfo {
+    pub name: String,
+    /// libvirt's unique key for the volume (often the same as `path`).
+    pub key: String,
+    pub path: String,
+    pub capacity_bytes: u64,
+    pub allocation_bytes: u64,
+}
+
+/// A storage pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub name: String,
+    pub active: bool,
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+}
+
+/// A virtual network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkInfo {
+    pub name: String,
+    pub active: bool,
+    /// The host bridge, when the network has one.
+    pub bridge: Option<String>,
+}
+
+/// The hypervisor host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub hostname: String,
+    /// CPU model, e.g. `x86_64`.
+    pub model: String,
+    pub cpus: u32,
+    /// Expected CPU frequency; 0 when unknown.
+    pub mhz: u32,
+    pub memory_kib: u64,
+}
