@@ -1,5 +1,6 @@
 //! `banlieue`: every role of the control plane, the development environment and tools.
 
+mod component;
 mod crds;
 mod dev;
 
@@ -19,6 +20,9 @@ enum Command {
     /// Run the embedded API server with the CRDs installed and every role, on this machine.
     Dev(dev::DevArgs),
     /// Write the CRDs generated from the API types to a directory (or check it is up to date).
+    /// Work with Wasm components: inspect, keygen, push, sign, verify.
+    #[command(subcommand)]
+    Component(component::ComponentCommand),
     Crdgen {
         /// Target directory.
         #[arg(long, default_value = "deploy/crds")]
@@ -40,5 +44,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Dev(args) => dev::run(args).await,
         Command::Crdgen { out, check } => crds::crdgen(&out, check),
+        Command::Component(cmd) => component::run(cmd).await,
     }
 }

@@ -1,1 +1,23 @@
-//! placeholder
+//! The Wasm runtime: the host side of banlieue's sandbox.
+//!
+//! Provider drivers and placement policies are WebAssembly components. This
+//! crate loads them (compiling once, then from a precompiled cache the host
+//! produced itself), checks the contract they were built for, and runs each call
+//! in a fresh store with a CPU budget that counts only time spent in guest code,
+//! a memory limit, and exactly the host capabilities the caller granted.
+
+pub mod capability;
+mod cache;
+mod component;
+mod engine;
+mod error;
+mod limits;
+pub mod placement;
+pub mod provider;
+pub mod source;
+mod state;
+
+pub use component::{Contract, Inspection, LoadedComponent};
+pub use engine::{Runtime, RuntimeConfig};
+pub use error::{CallError, GuestError};
+pub use limits::Limits;

@@ -1,0 +1,185 @@
+//! Runtime benchmark: instantiate + trivial call, load from the precompiled cache,
+//! `choose` over 10,000 candidates in Wasm vs the same code native, and the
+//! overhead of a Wasm provider call over native code on an I/O-bound call.
+//!
+//! Run: `guests/build.sh && cargo bench -p banlieue-runtime --bench runtime`
+
+use std::time::{Duration, Instant};
+
+use banlieue_runtime::capability::http::HttpGrant;
+use banlieue_runtime::capability::Grants;
+use banlieue_runtime::placement::{Candidate, Capacity, PlacedVm, Request, VmClass};
+use banlieue_runtime::provider::ProviderConfig;
+use banlieue_runtime::{Limits, Runtime, RuntimeConfig};
+use banlieue_sdk::placement::Policy;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn guest(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/../../guests/dist/{name}.wasm", env!("CARGO_MANIFEST_DIR"))).expect("run guests/build.sh first")
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn pairs(v: &[(String, String)]) -> Vec<(String, String)> {
+    v.to_vec()
+}
+
+/// 10,000 candidates as the host would build them.
+fn host_candidates(n: usize) -> Vec<Candidate> {
+    (0..n)
+        .map(|i| Candidate {
+            provider: format!("p{}", i % 10),
+            provider_class: "libvirt".into(),
+            failure_domain: format!("fd-{i}"),
+            labels: vec![("zone".into(), format!("z{}", i % 3))],
+            capacity: Capacity { cpus: 64, memory_mib: 65536 + (i as u64 % 97), storage_gib: 1000 },
+            storage_classes: vec!["standard".into()],
+            network_classes: vec!["default".into()],
+            features: vec![],
+            vm_count: (i % 5) as u32,
+            vms: (0..(i % 3)).map(|_| PlacedVm { namespace: "default".into(), labels: vec![("app".into(), "web".into())] }).collect(),
+        })
+        .collect()
+}
+
+fn host_request() -> Request {
+    Request {
+        vm_name: "web-1".into(),
+        vm_namespace: "default".into(),
+        vm_labels: vec![("app".into(), "web".into())],
+        class: VmClass { name: "small".into(), cpus: 2, memory_mib: 2048, storage_gib: 20, storage_classes: vec!["standard".into()], network_classes: vec!["default".into()], features: vec![] },
+        parameters: "{}".into(),
+        anti_affinity: vec![],
+    }
+}
+
+/// The same inputs in the guest SDK's types, for the native run.
+fn native_inputs(n: usize) -> (banlieue_sdk::placement::Request, Vec<banlieue_sdk::placement::Candidate>) {
+    use banlieue_sdk::placement as s;
+    let hr = host_request();
+    let req = s::Request {
+        vm_name: hr.vm_name,
+        vm_namespace: hr.vm_namespace,
+        vm_labels: pairs(&hr.vm_labels),
+        class: s::VmClass { name: hr.class.name, cpus: 2, memory_mib: 2048, storage_gib: 20, storage_classes: hr.class.storage_classes, network_classes: hr.class.network_classes, features: vec![] },
+        parameters: "{}".into(),
+        anti_affinity: vec![],
+    };
+    let cands = host_candidates(n)
+        .into_iter()
+        .map(|c| s::Candidate {
+            provider: c.provider,
+            provider_class: c.provider_class,
+            failure_domain: c.failure_domain,
+            labels: c.labels,
+            capacity: s::Capacity { cpus: c.capacity.cpus, memory_mib: c.capacity.memory_mib, storage_gib: c.capacity.storage_gib },
+            storage_classes: c.storage_classes,
+            network_classes: c.network_classes,
+            features: c.features,
+            vm_count: c.vm_count,
+            vms: c.vms.into_iter().map(|v| s::PlacedVm { namespace: v.namespace, labels: v.labels }).collect(),
+        })
+        .collect();
+    (req, cands)
+}
+
+async fn loopback_server() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8192];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {
+                            // A backend that takes ~2 ms, like a fast API on the LAN.
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let cache = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
+    let spread_bytes = guest("placement-spread");
+    let spread = rt.placement(&spread_bytes).unwrap();
+
+    // 1. Fresh instance + trivial call.
+    let mut v = Vec::new();
+    for _ in 0..3000 {
+        let t = Instant::now();
+        spread.contract_version().await.unwrap();
+        v.push(t.elapsed());
+    }
+    println!("fresh instance + trivial call:          {:>10.1?} median", median(v));
+
+    // 2. Load from the precompiled cache (MAC check, deserialize, link, pre-instantiate).
+    let mut v = Vec::new();
+    for _ in 0..50 {
+        let rt2 = Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
+        let t = Instant::now();
+        rt2.placement(&spread_bytes).unwrap();
+        v.push(t.elapsed());
+    }
+    println!("load from precompiled cache:            {:>10.1?} median", median(v));
+    let mut v = Vec::new();
+    for _ in 0..5 {
+        let rt3 = Runtime::new(RuntimeConfig::default()).unwrap();
+        let t = Instant::now();
+        rt3.placement(&spread_bytes).unwrap();
+        v.push(t.elapsed());
+    }
+    println!("load by compiling (no cache):           {:>10.1?} median", median(v));
+
+    // 3. choose over 10,000 candidates, data preparation included, Wasm vs native.
+    let (mut wasm, mut native) = (Vec::new(), Vec::new());
+    for _ in 0..15 {
+        let t = Instant::now();
+        let cands = host_candidates(10_000);
+        let d = spread.choose(&host_request(), &cands, Limits::default(), Grants::default()).await.unwrap();
+        wasm.push(t.elapsed());
+        let t = Instant::now();
+        let (req, cands) = native_inputs(10_000);
+        let n = placement_spread::Spread::choose(&req, &cands).unwrap();
+        native.push(t.elapsed());
+        assert_eq!((d.provider, d.failure_domain), (n.provider, n.failure_domain), "same decision");
+    }
+    let (w, n) = (median(wasm), median(native));
+    println!("choose over 10,000 candidates, Wasm:    {:>10.2?} median", w);
+    println!("choose over 10,000 candidates, native:  {:>10.2?} median  (Wasm/native = {:.2}x)", n, w.as_secs_f64() / n.as_secs_f64());
+
+    // 4. A provider call that is one HTTP round trip to a loopback backend:
+    //    the Wasm driver vs the same request made by native code through the same grant.
+    let port = loopback_server().await;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let grant = HttpGrant::for_endpoint(&endpoint).await.unwrap();
+    let driver = rt.provider(&guest("hostile-provider")).unwrap();
+    let config = ProviderConfig { provider: "http".into(), endpoint: endpoint.clone(), credential_keys: vec![], storage_classes: vec![], network_classes: vec![], features: vec![] };
+    let (mut wasm, mut native) = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        let t = Instant::now();
+        driver.probe(&config, Limits::default(), Grants { http: Some(grant.clone()), ..Default::default() }).await.unwrap();
+        wasm.push(t.elapsed());
+        let t = Instant::now();
+        let req = banlieue_runtime::capability::http::Request { method: "GET".into(), url: endpoint.clone(), headers: vec![], body: None, timeout_ms: None };
+        grant.send(req).await.unwrap();
+        native.push(t.elapsed());
+    }
+    let (w, n) = (median(wasm), median(native));
+    println!("I/O-bound provider call, Wasm driver:   {:>10.2?} median", w);
+    println!("I/O-bound provider call, native:        {:>10.2?} median  (overhead {:+.1}%)", n, (w.as_secs_f64() / n.as_secs_f64() - 1.0) * 100.0);
+}

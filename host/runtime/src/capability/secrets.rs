@@ -1,0 +1,55 @@
+//! `banlieue:host/secrets`: a component reads only the keys of its Provider's
+//! credential source. [`SecretsGrant::get`] is the one choke point. Values never
+//! appear in logs or errors.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use banlieue_secrets::{SecretError, SecretSource};
+
+use super::bindings::banlieue::host::secrets::Host;
+use super::WitError;
+use crate::state::HostState;
+
+/// Which secret a component may read.
+#[derive(Clone)]
+pub struct SecretsGrant {
+    source: Arc<dyn SecretSource>,
+    /// Keys that may be read; every key of the source when empty.
+    keys: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for SecretsGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsGrant").field("source", &self.source.describe()).field("keys", &self.keys).finish()
+    }
+}
+
+impl SecretsGrant {
+    pub fn new(source: Arc<dyn SecretSource>, keys: impl IntoIterator<Item = String>) -> SecretsGrant {
+        SecretsGrant { source, keys: keys.into_iter().collect() }
+    }
+
+    /// The choke point.
+    pub async fn get(&self, key: &str) -> Result<String, WitError> {
+        if !self.keys.is_empty() && !self.keys.contains(key) {
+            return Err(WitError::Denied(format!("secret key {key:?} is not granted (granted: {:?})", self.keys)));
+        }
+        match self.source.get(key).await {
+            Ok(v) => Ok(v.expose().to_string()),
+            Err(SecretError::NotFound(m)) => Err(WitError::NotFound(m)),
+            Err(SecretError::Denied(m)) => Err(WitError::Denied(m)),
+            Err(SecretError::Unavailable(m)) => Err(WitError::Unavailable(m)),
+            Err(SecretError::Invalid(m)) => Err(WitError::InvalidSpec(m)),
+        }
+    }
+}
+
+impl Host for HostState {
+    async fn get(&mut self, key: String) -> Result<String, WitError> {
+        match &self.grants.secrets {
+            Some(g) => g.clone().get(&key).await,
+            None => Err(WitError::Denied("the secrets capability is not granted to this component".into())),
+        }
+    }
+}

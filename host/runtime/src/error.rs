@@ -1,0 +1,67 @@
+//! What can go wrong loading or calling a component, as a caller can act on it.
+
+use std::time::Duration;
+
+/// A failed load or call. Every variant says what the component did or lacks;
+/// none of them means the host is broken.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("not a valid WebAssembly component: {0}")]
+    Invalid(String),
+    #[error("incompatible contract: {0}")]
+    Incompatible(String),
+    #[error("component imports `{import}`, which banlieue does not provide to {world} components")]
+    ForbiddenImport { import: String, world: &'static str },
+    #[error("component exceeded its CPU budget of {0:?} of guest time")]
+    CpuBudget(Duration),
+    #[error("component exceeded its memory limit of {0} MiB")]
+    Memory(u64),
+    #[error("component trapped: {0}")]
+    Trap(String),
+    #[error("no sandbox slot free, retry later: {0}")]
+    Busy(String),
+    /// The component returned an error value of the contract.
+    #[error("{0}")]
+    Guest(GuestError),
+}
+
+/// The contract's `error` variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("denied: {0}")]
+    Denied(String),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl CallError {
+    /// Worth retrying later (the backend or the host was busy), as opposed to a
+    /// component or spec that will fail the same way again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CallError::Busy(_) | CallError::Guest(GuestError::Unavailable(_)))
+    }
+
+    /// A short machine-readable reason for conditions and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallError::Invalid(_) => "InvalidComponent",
+            CallError::Incompatible(_) => "IncompatibleContract",
+            CallError::ForbiddenImport { .. } => "ForbiddenImport",
+            CallError::CpuBudget(_) => "CPUBudgetExceeded",
+            CallError::Memory(_) => "MemoryLimitExceeded",
+            CallError::Trap(_) => "Trapped",
+            CallError::Busy(_) => "Busy",
+            CallError::Guest(GuestError::NotFound(_)) => "NotFound",
+            CallError::Guest(GuestError::InvalidSpec(_)) => "InvalidSpec",
+            CallError::Guest(GuestError::Unavailable(_)) => "Unavailable",
+            CallError::Guest(GuestError::Denied(_)) => "Denied",
+            CallError::Guest(GuestError::Internal(_)) => "Internal",
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Provider components: the driver of one backend kind. Each call runs in a
+//! fresh instance with the capabilities of one Provider: its endpoint, its
+//! libvirt URI, its secret — nothing else.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::capability::Grants;
+use crate::component::{Contract, LoadedComponent};
+use crate::error::CallError;
+use crate::limits::Limits;
+use crate::state::{classify, classify_instantiate, new_store, HostState};
+use crate::Runtime;
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: ["../../wit/host", "../../wit/provider"],
+        world: "banlieue:provider/provider",
+        imports: { default: async },
+        exports: { default: async },
+        with: { "banlieue:host": crate::capability::bindings::banlieue::host },
+    });
+}
+
+pub use bindings::banlieue::provider::types::{
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase, ImageRequest,
+    ImageSource, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, Nic, PowerState, ProviderConfig, UrlSource,
+};
+
+/// A provider driver ready to be called.
+#[derive(Clone)]
+pub struct ProviderDriver {
+    rt: Runtime,
+    pre: bindings::ProviderPre<HostState>,
+    pub component: LoadedComponent,
+}
+
+impl Runtime {
+    /// Load a provider component.
+    pub fn provider(&self, bytes: &[u8]) -> Result<ProviderDriver, CallError> {
+        let component = self.load(bytes, Contract::Provider)?;
+        let mut linker: Linker<HostState> = Linker::new(&self.engine);
+        crate::capability::wasi::link(&mut linker).map_err(|e| CallError::Invalid(format!("{e:#}")))?;
+        bindings::Provider::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| CallError::Invalid(format!("{e:#}")))?;
+        let pre = linker.instantiate_pre(&component.component).map_err(|e| CallError::Incompatible(format!("{e:#}")))?;
+        let pre = bindings::ProviderPre::new(pre).map_err(|e| CallError::Incompatible(format!("{e:#}")))?;
+        Ok(ProviderDriver { rt: self.clone(), pre, component })
+    }
+}
+
+/// Run one export call in a fresh instance and map every failure.
+macro_rules! call {
+    ($self:ident, $limits:ident, $grants:ident, |$d:ident, $store:ident| $body:expr) => {{
+        let mut $store = new_store(&$self.rt, $limits, $grants);
+        let instance = match $self.pre.instantiate_async(&mut $store).await {
+            Ok(i) => i,
+            Err(e) => return Err(classify_instantiate(&$store, e)),
+        };
+        let $d = instance.banlieue_provider_driver();
+        match $body {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CallError::Guest(e.into())),
+            Err(e) => Err(classify(&$store, e)),
+        }
+    }};
+}
+
+impl ProviderDriver {
+    pub async fn probe(&self, config: &ProviderConfig, limits: Limits, grants: Grants) -> Result<Inventory, CallError> {
+        call!(self, limits, grants, |d, store| d.call_probe(&mut store, config).await)
+    }
+
+    pub async fn create(&self, config: &ProviderConfig, machine: &Machine, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        call!(self, limits, grants, |d, store| d.call_create(&mut store, config, machine).await)
+    }
+
+    pub async fn describe(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, machine).await)
+    }
+
+    pub async fn set_power(&self, config: &ProviderConfig, machine: &MachineRef, state: PowerState, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state).await)
+    }
+
+    pub async fn delete(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(self, limits, grants, |d, store| d.call_delete(&mut store, config, machine).await)
+    }
+
+    pub async fn import_image(&self, config: &ProviderConfig, request: &ImageRequest, limits: Limits, grants: Grants) -> Result<ImageStatus, CallError> {
+        call!(self, limits, grants, |d, store| d.call_import_image(&mut store, config, request).await)
+    }
+}
+
+impl bindings::banlieue::provider::types::Host for HostState {}

@@ -1,0 +1,286 @@
+//! The hostile-guest suite and the placement path: every misbehaviour is contained
+//! with a typed error, and the host keeps serving other components meanwhile.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_runtime::capability::http::HttpGrant;
+use banlieue_runtime::capability::Grants;
+use banlieue_runtime::placement::{Candidate, Capacity, Request, VmClass};
+use banlieue_runtime::provider::ProviderConfig;
+use banlieue_runtime::{CallError, Limits, Runtime, RuntimeConfig};
+use common::guest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig::default()).unwrap()
+}
+
+fn config(provider: &str, endpoint: &str) -> ProviderConfig {
+    ProviderConfig {
+        provider: provider.into(),
+        endpoint: endpoint.into(),
+        credential_keys: vec![],
+        storage_classes: vec![],
+        network_classes: vec![],
+        features: vec![],
+    }
+}
+
+fn fast() -> Limits {
+    Limits { cpu: Duration::from_millis(300), ..Limits::default() }
+}
+
+fn candidate(provider: &str, fd: &str, vms: u32) -> Candidate {
+    Candidate {
+        provider: provider.into(),
+        provider_class: "libvirt".into(),
+        failure_domain: fd.into(),
+        labels: vec![("zone".into(), fd.into())],
+        capacity: Capacity { cpus: 64, memory_mib: 65536, storage_gib: 1000 },
+        storage_classes: vec!["standard".into()],
+        network_classes: vec!["default".into()],
+        features: vec![],
+        vm_count: vms,
+        vms: (0..vms).map(|_| banlieue_runtime::placement::PlacedVm { namespace: "default".into(), labels: vec![("app".into(), "web".into())] }).collect(),
+    }
+}
+
+fn request() -> Request {
+    Request {
+        vm_name: "web-1".into(),
+        vm_namespace: "default".into(),
+        vm_labels: vec![("app".into(), "web".into())],
+        class: VmClass {
+            name: "small".into(),
+            cpus: 2,
+            memory_mib: 2048,
+            storage_gib: 20,
+            storage_classes: vec!["standard".into()],
+            network_classes: vec!["default".into()],
+            features: vec![],
+        },
+        parameters: "{}".into(),
+        anti_affinity: vec![],
+    }
+}
+
+#[tokio::test]
+async fn spread_picks_the_emptiest_domain_and_binpack_the_fullest() {
+    let rt = runtime();
+    let cands = vec![candidate("p1", "a", 3), candidate("p1", "b", 1), candidate("p2", "c", 2)];
+    let spread = rt.placement(&guest("placement-spread")).unwrap();
+    let d = spread.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p1", "b"));
+    let mut full = cands.clone();
+    full[0].capacity.memory_mib = 4096; // least room left after placing
+    let binpack = rt.placement(&guest("placement-binpack")).unwrap();
+    let d = binpack.choose(&request(), &full, Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p1", "a"));
+    assert_eq!(spread.contract_version().await.unwrap(), "0.1.0");
+}
+
+#[tokio::test]
+async fn the_wrong_contract_or_forbidden_imports_are_refused_at_load() {
+    let rt = runtime();
+    match rt.placement(&guest("minimal-provider")) {
+        Err(CallError::Incompatible(m)) => assert!(m.contains("banlieue:placement/policy"), "{m}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a provider loaded as a placement policy"),
+    }
+    match rt.provider(&guest("hostile-fs")) {
+        Err(CallError::ForbiddenImport { import, .. }) => assert!(import.starts_with("wasi:filesystem"), "{import}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a component importing wasi:filesystem loaded"),
+    }
+    assert!(matches!(rt.provider(b"\0asm not really"), Err(CallError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn cpu_memory_stack_and_panics_are_typed_errors() {
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let started = Instant::now();
+    let e = p.probe(&config("spin", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(e, CallError::CpuBudget(_)), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5), "stopped promptly");
+    let e = p.probe(&config("alloc", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(e, CallError::Memory(64)), "{e}");
+    let e = p.probe(&config("recurse", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Trap(m) if m.contains("stack")), "{e}");
+    let e = p.probe(&config("panic", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Trap(m) if m.contains("panics on purpose")), "{e}");
+    // A well-behaved call on the same component still works afterwards.
+    let inv = p.probe(&config("fine", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "ok");
+}
+
+#[tokio::test]
+async fn a_log_flood_is_rate_limited_and_env_is_empty() {
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let inv = p.probe(&config("log-flood", ""), Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "flooded");
+    let inv = p.probe(&config("env", ""), Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "env-0-args-0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_keeps_serving_while_a_guest_spins() {
+    let rt = runtime();
+    let hostile = rt.provider(&guest("hostile-provider")).unwrap();
+    let spread = rt.placement(&guest("placement-spread")).unwrap();
+    let slow = tokio::spawn(async move {
+        hostile.probe(&config("spin", ""), Limits { cpu: Duration::from_secs(2), ..Limits::default() }, Grants::default()).await
+    });
+    let started = Instant::now();
+    let cands = vec![candidate("p1", "a", 0)];
+    for _ in 0..50 {
+        spread.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
+    }
+    let quick = started.elapsed();
+    assert!(!slow.is_finished() || quick < Duration::from_secs(2), "other calls waited for the spinning guest ({quick:?})");
+    assert!(matches!(slow.await.unwrap(), Err(CallError::CpuBudget(_))));
+}
+
+/// A loopback HTTP server answering every request with `reply`; counts requests.
+async fn serve(reply: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                if !reply.is_empty() {
+                    let _ = s.write_all(reply).await;
+                } else {
+                    // Never answer.
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                }
+            });
+        }
+    });
+    (port, hits)
+}
+
+async fn http_grants(endpoint: &str) -> Grants {
+    let mut g = HttpGrant::for_endpoint(endpoint).await.unwrap();
+    g.max_request_time = Duration::from_secs(2);
+    g.max_response_bytes = 1 << 20;
+    Grants { http: Some(g), ..Grants::default() }
+}
+
+#[tokio::test]
+async fn http_reaches_only_the_granted_endpoint() {
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let (port, _) = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
+    let (other, other_hits) = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+    let granted = format!("http://127.0.0.1:{port}");
+    let ok = p.probe(&config("http", &granted), fast(), http_grants(&granted).await).await.unwrap();
+    assert_eq!(ok.failure_domains[0].name, "status-200-len-2");
+
+    let deny = |r: Result<_, CallError>| match r {
+        Err(CallError::Guest(banlieue_runtime::GuestError::Denied(m))) => m,
+        other => panic!("expected denied, got {other:?}"),
+    };
+    // Another port on the same host, the metadata address, userinfo, file://, no grant at all.
+    for target in [
+        format!("http://127.0.0.1:{other}"),
+        "http://169.254.169.254/latest/meta-data".to_string(),
+        format!("http://admin:pw@127.0.0.1:{port}"),
+        "file:///etc/passwd".to_string(),
+    ] {
+        deny(p.probe(&config("http", &target), fast(), http_grants(&granted).await).await);
+    }
+    deny(p.probe(&config("http", &granted), fast(), Grants::default()).await);
+    assert_eq!(other_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing reached the other server");
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed_and_big_or_silent_backends_are_bounded() {
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let (target, target_hits) = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+    let redirect: &'static [u8] = Box::leak(format!("HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{target}/\r\ncontent-length: 0\r\n\r\n").into_bytes().into_boxed_slice());
+    let (port, _) = serve(redirect).await;
+    let ep = format!("http://127.0.0.1:{port}");
+    let inv = p.probe(&config("http", &ep), fast(), http_grants(&ep).await).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "status-302-len-0");
+    assert_eq!(target_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "redirect not followed");
+
+    // A 1 GiB response (declared) is refused without reading it.
+    let (big, _) = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\n\r\nxxxx").await;
+    let ep = format!("http://127.0.0.1:{big}");
+    let e = p.probe(&config("http", &ep), fast(), http_grants(&ep).await).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(banlieue_runtime::GuestError::Denied(m)) if m.contains("larger")), "{e}");
+
+    // A backend that never answers: the request times out as unavailable, and the
+    // 2 s of waiting do not count against the 300 ms CPU budget.
+    let (silent, _) = serve(b"").await;
+    let ep = format!("http://127.0.0.1:{silent}");
+    let started = Instant::now();
+    let e = p.probe(&config("http", &ep), fast(), http_grants(&ep).await).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(banlieue_runtime::GuestError::Unavailable(_))), "{e}");
+    assert!(started.elapsed() >= Duration::from_secs(2) && started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn precompiled_cache_is_used_and_foreign_bytes_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let bytes = guest("placement-spread");
+    let t = Instant::now();
+    rt.placement(&bytes).unwrap();
+    let cold = t.elapsed();
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).collect();
+    assert_eq!(entries.len(), 1);
+    let rt2 = Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let t = Instant::now();
+    rt2.placement(&bytes).unwrap();
+    assert!(t.elapsed() < cold, "cache hit is faster than compiling");
+    // Bytes the host didn't write (MAC mismatch) are never deserialized.
+    let path = entries[0].path();
+    let mut tampered = std::fs::read(&path).unwrap();
+    let mid = tampered.len() / 2;
+    tampered[mid] ^= 0xff;
+    std::fs::write(&path, tampered).unwrap();
+    let rt3 = Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let spread = rt3.placement(&bytes).unwrap();
+    let d = spread.choose(&request(), &[candidate("p", "a", 0)], Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!(d.failure_domain, "a");
+}
+
+#[tokio::test]
+async fn secrets_only_of_the_granted_keys() {
+    use banlieue_runtime::capability::secrets::SecretsGrant;
+    use k8s_openapi::api::core::v1::Secret;
+    // A real Secret in the embedded API server.
+    let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config::default()).await.unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig).unwrap();
+    let client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()).unwrap();
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "default");
+    let s: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "vsphere"}, "stringData": {"username": "admin", "password": "hunter22"}
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &s).await.unwrap();
+    let source = std::sync::Arc::new(banlieue_secrets::KubernetesSecret::new(client, "default", "vsphere"));
+    let grants = || Grants { secrets: Some(SecretsGrant::new(source.clone(), ["username".to_string()])), ..Grants::default() };
+
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let ok = p.probe(&config("secret:username", ""), fast(), grants()).await.unwrap();
+    assert_eq!(ok.failure_domains[0].name, "secret-len-5");
+    let e = p.probe(&config("secret:password", ""), fast(), grants()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(banlieue_runtime::GuestError::Denied(m)) if !m.contains("hunter22")), "{e}");
+    let e = p.probe(&config("secret:username", ""), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(banlieue_runtime::GuestError::Denied(_))));
+    server.shutdown().await;
+}
