@@ -11,6 +11,7 @@
 //! | `http` | GETs the URL in `endpoint` (the host decides whether it may) |
 //! | `secret:KEY` | reads secret KEY and reports its length |
 //! | `env` | reports the environment it can see |
+//! | `libvirt` | lists the domains of its libvirt connection |
 //! | anything else | a well-behaved probe |
 
 use banlieue_sdk::provider::{
@@ -70,6 +71,11 @@ impl Driver for Hostile {
             "http" => {
                 let resp = banlieue_sdk::http::Client::new(&config.endpoint).get("")?;
                 Ok(domain(format!("status-{}-len-{}", resp.status, resp.body.len())))
+            }
+            "libvirt" => {
+                let domains = banlieue_sdk::provider::libvirt::domain_list()?;
+                let names: Vec<String> = domains.into_iter().map(|d| d.name).collect();
+                Ok(domain(format!("domains-{}", names.join(","))))
             }
             "env" => {
                 let vars: Vec<String> = std::env::vars().map(|(k, _)| k).collect();

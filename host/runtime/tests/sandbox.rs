@@ -284,3 +284,17 @@ async fn secrets_only_of_the_granted_keys() {
     assert!(matches!(e, CallError::Guest(banlieue_runtime::GuestError::Denied(_))));
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn libvirt_only_through_the_granted_connection() {
+    use banlieue_runtime::capability::libvirt::LibvirtGrant;
+    let conns = banlieue_libvirt::Connections::new();
+    let conn = conns.get("test:///default").await.unwrap();
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let grants = Grants { libvirt: Some(LibvirtGrant { conn }), ..Grants::default() };
+    let inv = p.probe(&config("libvirt", ""), fast(), grants).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "domains-test", "the test driver's one domain");
+    let e = p.probe(&config("libvirt", ""), fast(), Grants::default()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(banlieue_runtime::GuestError::Denied(_))), "{e}");
+}
