@@ -1316,28 +1316,25 @@ impl SChecker {
         }
     }
 
-    fn node(&mut self, v: &Value, path: &str, depth: usize, root: bool) {
+    /// The schema node as an object, or `None` (after recording why) when it is
+    /// not one, nests too deep, or enough errors were found already.
+    fn schema_object<'v>(&mut self, v: &'v Value, path: &str, depth: usize) -> Option<&'v Map<String, Value>> {
         if self.errs.full() {
-            return;
+            return None;
         }
         if depth > MAX_DEPTH {
-            self.err(
-                path,
-                FieldErrorKind::Forbidden,
-                None,
-                &format!("schema exceeds the maximum nesting depth of {MAX_DEPTH}"),
-            );
-            return;
+            self.err(path, FieldErrorKind::Forbidden, None, &format!("schema exceeds the maximum nesting depth of {MAX_DEPTH}"));
+            return None;
         }
-        let Some(s) = v.as_object() else {
-            self.err(
-                path,
-                FieldErrorKind::Invalid,
-                Some(fmt_value(v)),
-                "must be a schema object",
-            );
-            return;
-        };
+        let s = v.as_object();
+        if s.is_none() {
+            self.err(path, FieldErrorKind::Invalid, Some(fmt_value(v)), "must be a schema object");
+        }
+        s
+    }
+
+    fn node(&mut self, v: &Value, path: &str, depth: usize, root: bool) {
+        let Some(s) = self.schema_object(v, path, depth) else { return };
         self.keyword_types(s, path);
 
         let ty = match s.get("type") {
@@ -1640,27 +1637,7 @@ impl SChecker {
         counterpart: Option<&Map<String, Value>>,
         ios: bool,
     ) {
-        if self.errs.full() {
-            return;
-        }
-        if depth > MAX_DEPTH {
-            self.err(
-                path,
-                FieldErrorKind::Forbidden,
-                None,
-                &format!("schema exceeds the maximum nesting depth of {MAX_DEPTH}"),
-            );
-            return;
-        }
-        let Some(s) = v.as_object() else {
-            self.err(
-                path,
-                FieldErrorKind::Invalid,
-                Some(fmt_value(v)),
-                "must be a schema object",
-            );
-            return;
-        };
+        let Some(s) = self.schema_object(v, path, depth) else { return };
         self.keyword_types(s, path);
         for k in [
             "description",
