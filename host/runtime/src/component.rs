@@ -179,3 +179,12 @@ impl Runtime {
         Ok(Inspection { digest: format!("sha256:{digest}"), contract, imports, exports, refusal })
     }
 }
+
+impl Runtime {
+    /// A linker with the WASI every component may import, to which a world adds its host interfaces.
+    pub(crate) fn wasi_linker(&self) -> Result<wasmtime::component::Linker<crate::state::HostState>, CallError> {
+        let mut linker = wasmtime::component::Linker::new(&self.engine);
+        crate::capability::wasi::link(&mut linker).map_err(|e| CallError::Invalid(format!("{e:#}")))?;
+        Ok(linker)
+    }
+}

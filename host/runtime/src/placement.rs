@@ -2,7 +2,7 @@
 //! A pure call: the component imports only `log`, and the host passes everything
 //! it may look at.
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::HasSelf;
 
 use crate::capability::Grants;
 use crate::component::{Contract, LoadedComponent};
@@ -37,8 +37,7 @@ impl Runtime {
     /// Load a placement component.
     pub fn placement(&self, bytes: &[u8]) -> Result<PlacementPolicy, CallError> {
         let component = self.load(bytes, Contract::Placement)?;
-        let mut linker: Linker<HostState> = Linker::new(&self.engine);
-        crate::capability::wasi::link(&mut linker).map_err(|e| CallError::Invalid(format!("{e:#}")))?;
+        let mut linker = self.wasi_linker()?;
         bindings::Placement::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| CallError::Invalid(format!("{e:#}")))?;
         let pre = linker

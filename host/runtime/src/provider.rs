@@ -2,7 +2,7 @@
 //! fresh instance with the capabilities of one Provider: its endpoint, its
 //! libvirt URI, its secret — nothing else.
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::HasSelf;
 
 use crate::capability::Grants;
 use crate::component::{Contract, LoadedComponent};
@@ -38,8 +38,7 @@ impl Runtime {
     /// Load a provider component.
     pub fn provider(&self, bytes: &[u8]) -> Result<ProviderDriver, CallError> {
         let component = self.load(bytes, Contract::Provider)?;
-        let mut linker: Linker<HostState> = Linker::new(&self.engine);
-        crate::capability::wasi::link(&mut linker).map_err(|e| CallError::Invalid(format!("{e:#}")))?;
+        let mut linker = self.wasi_linker()?;
         bindings::Provider::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| CallError::Invalid(format!("{e:#}")))?;
         let pre = linker.instantiate_pre(&component.component).map_err(|e| CallError::Incompatible(format!("{e:#}")))?;
