@@ -45,7 +45,8 @@ fn recurse(n: u64, sink: &mut [u64; 64]) -> u64 {
 
 impl Driver for Hostile {
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
-        let what = config.provider.as_str();
+        // The Provider's name (config.provider is `namespace/name`).
+        let what = config.provider.rsplit('/').next().unwrap_or_default();
         match what {
             "spin" => {
                 let mut x: u64 = 0;

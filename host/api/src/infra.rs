@@ -118,6 +118,9 @@ pub struct InfraMachineStatus {
     pub failure_domain: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
+    /// The last `spec.vm.restartRequestedAt` the machine was restarted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart_requested_at: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

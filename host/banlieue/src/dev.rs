@@ -1,12 +1,15 @@
-//! `banlieue dev`: the embedded API server, the CRDs, and the controller roles, on
-//! one machine without a Kubernetes cluster.
+//! `banlieue dev`: the embedded API server, the CRDs, every role, the built-in
+//! ProviderClass `libvirt` and a dev Provider on libvirt's `test:///default`
+//! driver — so `kubectl apply -f examples/quickstart/` gives a Ready VM without a
+//! cluster or a hypervisor.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams};
+use anyhow::Context as _;
+use banlieue_controller::{Context, Roles};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
 
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -19,6 +22,11 @@ pub struct DevArgs {
     /// Keep everything in memory (objects are gone when it stops).
     #[arg(long)]
     in_memory: bool,
+    /// libvirt URI of the dev Provider.
+    #[arg(long, default_value = "test:///default")]
+    libvirt_uri: String,
+    #[command(flatten)]
+    roles: crate::roles::RoleArgs,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -38,16 +46,68 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let client = kube::Client::try_from(client_config)?;
     crate::crds::install(&client).await?;
-    let ns: Api<Namespace> = Api::all(client.clone());
-    let system = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "banlieue-system"}});
-    ns.patch("banlieue-system", &PatchParams::apply(crate::crds::FIELD_MANAGER), &Patch::Apply(&system)).await?;
+    for object in dev_objects(&args.libvirt_uri) {
+        apply(&client, object).await?;
+    }
+
+    let mut options = args.roles.options()?;
+    // One process by construction: no Lease to wait for after a restart.
+    options.leader_election = false;
+    if options.cache_dir.is_none() {
+        options.cache_dir = Some(args.data_dir.join("component-cache"));
+    }
+    let ctx = Context::new(client, options)?;
+    let roles = tokio::spawn(banlieue_controller::run(ctx, Roles::ALL, async {
+        let _ = tokio::signal::ctrl_c().await;
+    }));
 
     println!("banlieue dev is running at {}", server.url);
     println!("export KUBECONFIG={}", kubeconfig_path.display());
-    println!("then: kubectl get vm");
+    println!("then: kubectl apply -f examples/quickstart/ && kubectl get vm -w");
 
-    tokio::signal::ctrl_c().await?;
+    let result = roles.await;
     tracing::info!("shutting down");
     server.shutdown().await;
+    result?
+}
+
+/// The built-in class, the placement policies and the dev Provider.
+fn dev_objects(libvirt_uri: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": banlieue_controller::SYSTEM_NAMESPACE}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt",
+                        "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": "spread"},
+               "spec": {"component": {"source": "builtin:placement-spread"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": "binpack"},
+               "spec": {"component": {"source": "builtin:placement-binpack"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "dev", "namespace": "default"},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": libvirt_uri},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+    ]
+}
+
+async fn apply(client: &kube::Client, object: serde_json::Value) -> anyhow::Result<()> {
+    let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), object["apiVersion"].as_str().unwrap_or_default().to_string()),
+    };
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    let plural = match kind.as_str() {
+        "ProviderClass" => "providerclasses".to_string(),
+        "PlacementPolicy" => "placementpolicies".to_string(),
+        k => format!("{}s", k.to_ascii_lowercase()),
+    };
+    let resource = ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(&group, &version, &kind), &plural);
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(&name, &PatchParams::apply(crate::crds::FIELD_MANAGER).force(), &Patch::Apply(&object))
+        .await
+        .with_context(|| format!("applying {kind} {name}"))?;
     Ok(())
 }

@@ -3,9 +3,11 @@
 mod component;
 mod crds;
 mod dev;
+mod roles;
 
 use std::path::PathBuf;
 
+use banlieue_controller::Roles;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -19,10 +21,18 @@ struct Cli {
 enum Command {
     /// Run the embedded API server with the CRDs installed and every role, on this machine.
     Dev(dev::DevArgs),
-    /// Write the CRDs generated from the API types to a directory (or check it is up to date).
+    /// Run every role against the cluster in KUBECONFIG (or in-cluster).
+    Run(roles::RoleArgs),
+    /// Run the VirtualMachine controller.
+    Controller(roles::RoleArgs),
+    /// Run the infrastructure-machine and Provider reconcilers (the drivers' host).
+    Provider(roles::RoleArgs),
+    /// Run the ProviderClass and PlacementPolicy reconcilers.
+    Operator(roles::RoleArgs),
     /// Work with Wasm components: inspect, keygen, push, sign, verify.
     #[command(subcommand)]
     Component(component::ComponentCommand),
+    /// Write the CRDs generated from the API types to a directory (or check it is up to date).
     Crdgen {
         /// Target directory.
         #[arg(long, default_value = "deploy/crds")]
@@ -43,6 +53,10 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Dev(args) => dev::run(args).await,
+        Command::Run(args) => roles::run(args, Roles::ALL).await,
+        Command::Controller(args) => roles::run(args, Roles { controller: true, ..Roles::default() }).await,
+        Command::Provider(args) => roles::run(args, Roles { provider: true, ..Roles::default() }).await,
+        Command::Operator(args) => roles::run(args, Roles { operator: true, ..Roles::default() }).await,
         Command::Crdgen { out, check } => crds::crdgen(&out, check),
         Command::Component(cmd) => component::run(cmd).await,
     }

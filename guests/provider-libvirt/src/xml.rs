@@ -1,0 +1,290 @@
+//! Domain and volume XML, built with plain formatting: every string that goes
+//! into the XML is checked ([`text`]) and escaped ([`escape`]).
+
+use std::fmt::Write as _;
+
+use banlieue_sdk::provider::{Firmware, Machine};
+use banlieue_sdk::{Error, Result};
+
+use crate::naming;
+
+/// The XML namespace of the `<metadata>` element the driver writes.
+pub const METADATA_NS: &str = "https://banlieue.io/libvirt/v1";
+
+/// Escape `s` for XML character data and for attribute values in either quote style.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&apos;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` escaped, or `InvalidSpec` when it holds a character XML 1.0 cannot carry
+/// at all (control characters other than tab/newline/CR, U+FFFE, U+FFFF).
+pub fn text(what: &str, s: &str) -> Result<String> {
+    if let Some(c) = s.chars().find(|&c| !allowed_in_xml(c)) {
+        return Err(Error::InvalidSpec(format!("{what} {s:?} contains the character {c:?}, which XML cannot carry")));
+    }
+    Ok(escape(s))
+}
+
+fn allowed_in_xml(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The guest device name of the `index`th disk: `vda`..`vdz`, `vdaa`, ... (as Linux names them).
+pub fn disk_dev(index: usize) -> String {
+    let mut letters = Vec::new();
+    let mut n = index + 1;
+    while n > 0 {
+        n -= 1;
+        letters.push(b'a' + (n % 26) as u8);
+        n /= 26;
+    }
+    letters.reverse();
+    format!("vd{}", String::from_utf8(letters).expect("ascii"))
+}
+
+/// A qcow2 volume of `size_gib` GiB, on top of `backing` (a qcow2 file) when given.
+pub fn volume(name: &str, size_gib: u64, backing: Option<&str>) -> Result<String> {
+    let mut xml = format!(
+        "<volume><name>{}</name><capacity unit='GiB'>{size_gib}</capacity><allocation>0</allocation><target><format type='qcow2'/></target>",
+        text("volume name", name)?
+    );
+    if let Some(path) = backing {
+        write!(xml, "<backingStore><path>{}</path><format type='qcow2'/></backingStore>", text("backing file", path)?)?;
+    }
+    xml.push_str("</volume>");
+    Ok(xml)
+}
+
+/// The persistent domain for `machine`. `virt_type` is the `<domain type>`
+/// (`qemu`, or `test` for libvirt's test driver).
+pub fn domain(virt_type: &str, machine: &Machine) -> Result<String> {
+    let ns = text("namespace", &machine.namespace)?;
+    let name = text("name", &machine.name)?;
+    let uid = text("machine uid", &machine.uid)?;
+    let mut xml = String::with_capacity(2048);
+    write!(xml, "<domain type='{}'>", text("domain type", virt_type)?)?;
+    write!(xml, "<name>{}</name>", text("domain name", &naming::domain_name(&machine.namespace, &machine.name))?)?;
+    write!(xml, "<uuid>{uid}</uuid>")?;
+    write!(xml, "<title>{ns}/{name}</title>")?;
+    write!(xml, "<metadata><banlieue:machine xmlns:banlieue='{METADATA_NS}'>")?;
+    write!(
+        xml,
+        "<banlieue:uid>{uid}</banlieue:uid><banlieue:namespace>{ns}</banlieue:namespace><banlieue:name>{name}</banlieue:name>"
+    )?;
+    if let Some(user_data) = &machine.user_data {
+        write!(xml, "<banlieue:user-data encoding='base64'>{}</banlieue:user-data>", base64(user_data.as_bytes()))?;
+    }
+    xml.push_str("</banlieue:machine></metadata>");
+    write!(xml, "<memory unit='MiB'>{}</memory><vcpu>{}</vcpu>", machine.memory_mib, machine.cpus)?;
+    let firmware = match machine.firmware {
+        Firmware::Uefi => " firmware='efi'",
+        Firmware::Bios => "",
+    };
+    write!(xml, "<os{firmware}><type arch='x86_64'>hvm</type><boot dev='hd'/></os>")?;
+    xml.push_str("<features><acpi/><apic/></features><devices>");
+    for (i, disk) in machine.disks.iter().enumerate() {
+        let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
+        write!(
+            xml,
+            "<disk type='volume' device='disk'><driver name='qemu' type='qcow2'/><source pool='{}' volume='{}'/><target dev='{}' bus='virtio'/></disk>",
+            text("storage pool", &disk.target)?,
+            text("volume name", &volume)?,
+            disk_dev(i)
+        )?;
+    }
+    for nic in &machine.nics {
+        write!(
+            xml,
+            "<interface type='network'><source network='{}'/><model type='virtio'/></interface>",
+            text("network", &nic.network)?
+        )?;
+    }
+    xml.push_str("</devices></domain>");
+    Ok(xml)
+}
+
+/// The MAC addresses of the domain's interfaces, in document order.
+pub fn macs(domain_xml: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = domain_xml;
+    while let Some(at) = rest.find("<mac ") {
+        rest = &rest[at + 5..];
+        let element = &rest[..rest.find('>').unwrap_or(rest.len())];
+        if let Some(value) = attribute(element, "address") {
+            found.push(value.to_string());
+        }
+    }
+    found
+}
+
+/// The value of `name='…'` or `name="…"` inside one element's attribute text.
+fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
+    let mut rest = element;
+    while let Some(at) = rest.find(name) {
+        let before_ok = at == 0 || rest[..at].ends_with(|c: char| c.is_ascii_whitespace());
+        let after = rest[at + name.len()..].trim_start();
+        if before_ok && let Some(after) = after.strip_prefix('=') {
+            let after = after.trim_start();
+            let quote = after.chars().next()?;
+            if quote == '\'' || quote == '"' {
+                let value = &after[1..];
+                return value.find(quote).map(|end| &value[..end]);
+            }
+        }
+        rest = &rest[at + name.len()..];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_sdk::provider::{Disk, ImageSource, Nic, PowerState};
+
+    pub(crate) fn machine() -> Machine {
+        Machine {
+            uid: "6f1c2a3e-1111-4222-8333-444455556666".into(),
+            name: "vm".into(),
+            namespace: "ns".into(),
+            cpus: 2,
+            memory_mib: 512,
+            firmware: Firmware::Bios,
+            disks: vec![
+                Disk { name: "root".into(), size_gib: 10, target: "default-pool".into() },
+                Disk { name: "data".into(), size_gib: 1, target: "fast".into() },
+            ],
+            nics: vec![Nic { name: "eth0".into(), network: "default".into() }],
+            image: ImageSource::BackingFile("/var/lib/images/base.qcow2".into()),
+            user_data: None,
+            failure_domain: "host-a".into(),
+            power_state: PowerState::PoweredOn,
+            labels: vec![],
+        }
+    }
+
+    #[test]
+    fn escapes_the_five_xml_specials() {
+        assert_eq!(escape(r#"a&b<c>d'e"f"#), "a&amp;b&lt;c&gt;d&apos;e&quot;f");
+        assert_eq!(escape("plain/path_1.qcow2"), "plain/path_1.qcow2");
+        assert!(text("x", "tab\tok").is_ok());
+        let e = text("backing file", "bad\u{1}path").unwrap_err();
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("backing file")), "{e:?}");
+    }
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), encoded, "{plain:?}");
+        }
+    }
+
+    #[test]
+    fn disk_devices_count_like_linux() {
+        assert_eq!(disk_dev(0), "vda");
+        assert_eq!(disk_dev(1), "vdb");
+        assert_eq!(disk_dev(25), "vdz");
+        assert_eq!(disk_dev(26), "vdaa");
+        assert_eq!(disk_dev(27), "vdab");
+        assert_eq!(disk_dev(701), "vdzz");
+        assert_eq!(disk_dev(702), "vdaaa");
+    }
+
+    #[test]
+    fn boot_volume_has_a_qcow2_backing_store() {
+        let xml = volume("ns_vm_root.qcow2", 10, Some("/images/a&b.qcow2")).unwrap();
+        assert_eq!(
+            xml,
+            "<volume><name>ns_vm_root.qcow2</name><capacity unit='GiB'>10</capacity><allocation>0</allocation><target><format type='qcow2'/></target>\
+             <backingStore><path>/images/a&amp;b.qcow2</path><format type='qcow2'/></backingStore></volume>"
+        );
+        let data = volume("ns_vm_data.qcow2", 1, None).unwrap();
+        assert!(!data.contains("backingStore"), "{data}");
+    }
+
+    #[test]
+    fn domain_xml_carries_identity_devices_and_metadata() {
+        let mut m = machine();
+        m.firmware = Firmware::Uefi;
+        m.user_data = Some("#cloud-config\n".into());
+        let xml = domain("qemu", &m).unwrap();
+        for part in [
+            "<domain type='qemu'>",
+            "<name>ns_vm</name>",
+            "<uuid>6f1c2a3e-1111-4222-8333-444455556666</uuid>",
+            "<title>ns/vm</title>",
+            "<banlieue:machine xmlns:banlieue='https://banlieue.io/libvirt/v1'>",
+            "<banlieue:uid>6f1c2a3e-1111-4222-8333-444455556666</banlieue:uid>",
+            "<banlieue:user-data encoding='base64'>I2Nsb3VkLWNvbmZpZwo=</banlieue:user-data>",
+            "<memory unit='MiB'>512</memory><vcpu>2</vcpu>",
+            "<os firmware='efi'><type arch='x86_64'>hvm</type>",
+            "<source pool='default-pool' volume='ns_vm_root.qcow2'/><target dev='vda' bus='virtio'/>",
+            "<source pool='fast' volume='ns_vm_data.qcow2'/><target dev='vdb' bus='virtio'/>",
+            "<interface type='network'><source network='default'/><model type='virtio'/></interface>",
+        ] {
+            assert!(xml.contains(part), "missing {part} in {xml}");
+        }
+        let bios = domain("test", &machine()).unwrap();
+        assert!(
+            bios.starts_with("<domain type='test'>") && bios.contains("<os><type") && !bios.contains("user-data"),
+            "{bios}"
+        );
+    }
+
+    #[test]
+    fn every_string_in_the_domain_is_escaped() {
+        let mut m = machine();
+        m.disks[0].target = "pool'><evil/>".into();
+        m.nics[0].network = "net\"&".into();
+        let xml = domain("qemu", &m).unwrap();
+        assert!(xml.contains("pool='pool&apos;&gt;&lt;evil/&gt;'"), "{xml}");
+        assert!(xml.contains("network='net&quot;&amp;'"), "{xml}");
+        assert!(!xml.contains("<evil/>"));
+        m.nics[0].network = "nul\0".into();
+        assert!(matches!(domain("qemu", &m), Err(Error::InvalidSpec(_))));
+    }
+
+    #[test]
+    fn macs_are_read_from_the_domain_xml() {
+        let xml = "<domain><devices><interface type='network'>\n  <mac address='52:54:00:e4:b8:f3'/>\n</interface>\
+                   <interface><mac address=\"52:54:00:00:00:01\"/></interface><macaddr x='1'/></devices></domain>";
+        assert_eq!(macs(xml), vec!["52:54:00:e4:b8:f3".to_string(), "52:54:00:00:00:01".to_string()]);
+        assert!(macs("<domain/>").is_empty());
+    }
+}

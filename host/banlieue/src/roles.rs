@@ -1,0 +1,73 @@
+//! `banlieue run|controller|provider|operator`: the control plane's roles against
+//! the cluster in the environment's kubeconfig (or in-cluster config).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use banlieue_api::provider::RequestedCapabilities;
+use banlieue_controller::{Context, Options, Roles, VaultAccess};
+
+#[derive(clap::Args, Clone)]
+pub struct RoleArgs {
+    /// Where `builtin:NAME` components are found.
+    #[arg(long, env = "BANLIEUE_BUILTIN_DIR", default_value = "guests/dist")]
+    pub builtin_dir: PathBuf,
+    /// Precompiled component cache (none when unset).
+    #[arg(long, env = "BANLIEUE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub metrics_addr: SocketAddr,
+    /// Act without holding the role's Lease (only when a single replica is certain).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Host capabilities a ProviderClass may request (comma-separated: http, libvirt, secrets).
+    #[arg(long, value_delimiter = ',', default_value = "http,libvirt,secrets")]
+    pub allow_capabilities: Vec<String>,
+    /// Vault (OpenBao) address for Providers whose credentials are a Vault path.
+    #[arg(long, env = "VAULT_ADDR")]
+    pub vault_addr: Option<String>,
+    /// Reconciles run at once per controller.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u16,
+}
+
+impl RoleArgs {
+    pub fn options(&self) -> anyhow::Result<Options> {
+        let mut allowed = RequestedCapabilities::default();
+        for c in &self.allow_capabilities {
+            match c.trim() {
+                "http" => allowed.http = true,
+                "libvirt" => allowed.libvirt = true,
+                "secrets" => allowed.secrets = true,
+                "" => {}
+                other => anyhow::bail!("unknown capability {other:?} in --allow-capabilities (http, libvirt, secrets)"),
+            }
+        }
+        let vault = match (&self.vault_addr, std::env::var("VAULT_TOKEN")) {
+            (Some(address), Ok(token)) => Some(VaultAccess { address: address.clone(), token: banlieue_secrets::SecretValue::new(token) }),
+            (Some(_), Err(_)) => anyhow::bail!("--vault-addr needs VAULT_TOKEN in the environment"),
+            (None, _) => None,
+        };
+        Ok(Options {
+            builtin_dir: self.builtin_dir.clone(),
+            cache_dir: self.cache_dir.clone(),
+            allowed_capabilities: allowed,
+            metrics_addr: Some(self.metrics_addr),
+            leader_election: !self.no_leader_election,
+            vault,
+            concurrency: self.concurrency,
+            ..Options::default()
+        })
+    }
+}
+
+pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let ctx = Context::new(client, args.options()?)?;
+    banlieue_controller::run(ctx, roles, async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    })
+    .await
+}

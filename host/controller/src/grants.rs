@@ -1,0 +1,125 @@
+//! What a Provider's driver may touch: built here and only here, from the
+//! Provider's connection and the capabilities its ProviderClass requested (which
+//! the operator already checked against what the administrator allows).
+//!
+//! - `http`: the Provider's endpoint origin, its CA bundle, its insecure flag;
+//! - `libvirt`: the one long-lived connection to the Provider's URI;
+//! - `secrets`: the keys of the Provider's `credentialsRef` (Secret or Vault path).
+//!
+//! Grants are cached per Provider generation, because the HTTP grant carries the
+//! per-Provider request concurrency limit and libvirt connections are long-lived.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use banlieue_api::provider::{CredentialsKind, RequestedCapabilities};
+use banlieue_api::Provider;
+use banlieue_runtime::capability::http::HttpGrant;
+use banlieue_runtime::capability::libvirt::LibvirtGrant;
+use banlieue_runtime::capability::log::Attribution;
+use banlieue_runtime::capability::secrets::SecretsGrant;
+use banlieue_runtime::capability::Grants;
+use banlieue_runtime::provider::ProviderConfig;
+use banlieue_secrets::{KubernetesSecret, VaultKv2};
+use kube::ResourceExt;
+
+use crate::Context;
+
+/// A grant that cannot be made; the reason goes on the Provider's condition.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// The endpoint or credentials reference is wrong as written.
+    #[error("{0}")]
+    Invalid(String),
+    /// The backend cannot be reached now (libvirt URI not answering).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl GrantError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            GrantError::Invalid(_) => "InvalidConnection",
+            GrantError::Unavailable(_) => "BackendUnavailable",
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Cache(Mutex<HashMap<String, (String, Grants)>>);
+
+/// The driver configuration and grants of `provider`, for a call about `object`.
+pub async fn for_provider(
+    ctx: &Context,
+    provider: &Provider,
+    class: &str,
+    caps: &RequestedCapabilities,
+    object: &str,
+) -> Result<(ProviderConfig, Grants), GrantError> {
+    let key = crate::key(provider);
+    let fingerprint = format!("{:?}/{}/{caps:?}", provider.metadata.uid, provider.metadata.generation.unwrap_or(0));
+    let cached = {
+        let map = ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&key).filter(|(f, _)| *f == fingerprint).map(|(_, g)| g.clone())
+    };
+    let mut grants = match cached {
+        Some(g) => g,
+        None => {
+            let g = build(ctx, provider, caps).await?;
+            ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), (fingerprint, g.clone()));
+            g
+        }
+    };
+    grants.log = Attribution { component: class.to_string(), object: object.to_string() };
+    Ok((config(provider), grants))
+}
+
+fn config(provider: &Provider) -> ProviderConfig {
+    let caps = &provider.spec.capabilities;
+    let pairs = |m: &std::collections::BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    ProviderConfig {
+        provider: crate::key(provider),
+        endpoint: provider.spec.connection.endpoint.clone(),
+        credential_keys: provider.spec.connection.credentials_ref.as_ref().map(|c| c.keys.clone()).unwrap_or_default(),
+        storage_classes: pairs(&caps.storage_classes),
+        network_classes: pairs(&caps.network_classes),
+        features: caps.features.clone(),
+    }
+}
+
+async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities) -> Result<Grants, GrantError> {
+    let conn = &provider.spec.connection;
+    let mut grants = Grants::default();
+    if caps.http {
+        let mut g = HttpGrant::for_endpoint(&conn.endpoint).await.map_err(GrantError::Invalid)?;
+        g.ca_bundle = conn.ca_bundle.clone();
+        g.insecure_skip_tls_verify = conn.insecure_skip_tls_verify;
+        grants.http = Some(g);
+    }
+    if caps.libvirt {
+        let libvirt = ctx
+            .libvirt
+            .get(&conn.endpoint)
+            .await
+            .map_err(|e| GrantError::Unavailable(format!("libvirt {}: {e}", conn.endpoint)))?;
+        grants.libvirt = Some(LibvirtGrant { conn: libvirt });
+    }
+    if let (true, Some(creds)) = (caps.secrets, &conn.credentials_ref) {
+        let namespace = provider.namespace().unwrap_or_default();
+        let source: Arc<dyn banlieue_secrets::SecretSource> = match creds.kind {
+            CredentialsKind::Secret => {
+                let name = creds.name.clone().ok_or_else(|| GrantError::Invalid("credentialsRef of kind Secret needs a name".into()))?;
+                Arc::new(KubernetesSecret::new(ctx.client.clone(), namespace, name))
+            }
+            CredentialsKind::Vault => {
+                let path = creds.path.clone().ok_or_else(|| GrantError::Invalid("credentialsRef of kind Vault needs a path".into()))?;
+                let vault = ctx.options.vault.clone().ok_or_else(|| {
+                    GrantError::Invalid("credentialsRef is a Vault path but banlieue runs without --vault-addr/VAULT_TOKEN".into())
+                })?;
+                Arc::new(VaultKv2::builder(vault.address, vault.token, path).build().map_err(|e| GrantError::Invalid(e.to_string()))?)
+            }
+        };
+        grants.secrets = Some(SecretsGrant::new(source, creds.keys.clone()));
+    }
+    Ok(grants)
+}

@@ -1,0 +1,290 @@
+//! banlieue's reconcilers, one module per role's concern:
+//!
+//! - [`vm`]: the VirtualMachine controller (role `controller`), with [`scheduling`]
+//!   gathering candidates for the placement component;
+//! - [`machine`]: the generic infrastructure-machine reconciler over every
+//!   `<Kind>Machine` (role `provider`), and [`provider`] probing Providers;
+//! - [`operator`]: ProviderClasses and PlacementPolicies (role `operator`).
+//!
+//! Components are loaded only through [`components`], grants are built only in
+//! [`grants`]. [`run`] starts the roles asked for, each behind its own Lease.
+
+pub mod components;
+pub mod conditions;
+mod finalizer;
+pub mod grants;
+mod infra_kinds;
+pub mod leader;
+pub mod machine;
+pub mod metrics;
+pub mod operator;
+pub mod provider;
+pub mod scheduling;
+pub mod vm;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_api::provider::RequestedCapabilities;
+use banlieue_runtime::{CallError, Runtime, RuntimeConfig};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+pub use components::Components;
+pub use metrics::Metrics;
+
+/// Field manager of everything banlieue applies.
+pub const FIELD_MANAGER: &str = "banlieue.io/controller";
+/// Namespace of leases (and, in a cluster, of banlieue itself).
+pub const SYSTEM_NAMESPACE: &str = "banlieue-system";
+
+/// Which roles this process runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Roles {
+    pub controller: bool,
+    pub provider: bool,
+    pub operator: bool,
+}
+
+impl Roles {
+    pub const ALL: Roles = Roles { controller: true, provider: true, operator: true };
+}
+
+/// Settings shared by every role.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where `builtin:NAME` components are found.
+    pub builtin_dir: PathBuf,
+    /// Precompiled component cache.
+    pub cache_dir: Option<PathBuf>,
+    /// What a ProviderClass may request.
+    pub allowed_capabilities: RequestedCapabilities,
+    /// Serve `/metrics` here.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Take a Lease per role before acting (off only when a single process is certain).
+    pub leader_election: bool,
+    /// This replica's name in leases.
+    pub identity: String,
+    /// Vault (OpenBao) for Providers whose credentials are a Vault path.
+    pub vault: Option<VaultAccess>,
+    /// Reconciles run at once per controller.
+    pub concurrency: u16,
+    /// Watch namespaced objects in this namespace only (all namespaces when `None`).
+    pub namespace: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            builtin_dir: PathBuf::from("guests/dist"),
+            cache_dir: None,
+            allowed_capabilities: RequestedCapabilities { http: true, libvirt: true, secrets: true },
+            metrics_addr: None,
+            leader_election: true,
+            identity: format!("{}-{}", hostname(), std::process::id()),
+            vault: None,
+            concurrency: 16,
+            namespace: None,
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "banlieue".into())
+}
+
+/// Address and token of the Vault server holding Provider credentials.
+#[derive(Clone)]
+pub struct VaultAccess {
+    pub address: String,
+    pub token: banlieue_secrets::SecretValue,
+}
+
+impl std::fmt::Debug for VaultAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaultAccess").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+/// What every reconciler shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub components: Components,
+    pub libvirt: banlieue_libvirt::Connections,
+    pub metrics: Arc<Metrics>,
+    pub options: Options,
+    recorder: Recorder,
+    backoff: Mutex<HashMap<String, u32>>,
+    grants: grants::Cache,
+}
+
+impl Context {
+    pub fn new(client: kube::Client, options: Options) -> anyhow::Result<Arc<Context>> {
+        let rt = Runtime::new(RuntimeConfig { cache_dir: options.cache_dir.clone(), ..Default::default() })?;
+        let components = Components::new(rt, client.clone(), options.builtin_dir.clone(), options.allowed_capabilities.clone());
+        let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance: Some(options.identity.clone()) });
+        Ok(Arc::new(Context {
+            client,
+            components,
+            libvirt: banlieue_libvirt::Connections::new(),
+            metrics: Arc::new(Metrics::default()),
+            options,
+            recorder,
+            backoff: Mutex::default(),
+            grants: grants::Cache::default(),
+        }))
+    }
+
+    /// The API of a namespaced kind over the namespaces this process watches.
+    pub fn watched<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.options.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+
+    /// The same for a dynamic kind (`<Kind>Machine`).
+    pub fn watched_dynamic(&self, resource: &kube::api::ApiResource) -> kube::Api<kube::api::DynamicObject> {
+        match &self.options.namespace {
+            Some(ns) => kube::Api::namespaced_with(self.client.clone(), ns, resource),
+            None => kube::Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Record an Event on `object`. Failing to record is logged, never fatal.
+    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: impl Into<String>) {
+        let note = note.into();
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, object).await {
+            tracing::debug!(error = %e, reason, "recording event");
+        }
+    }
+
+    /// Time a component call and count its outcome.
+    pub async fn call<T>(&self, component: &str, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        let start = Instant::now();
+        let result = fut.await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.reason(),
+        };
+        self.metrics.component_call(component, function, start.elapsed(), outcome);
+        result
+    }
+
+    /// Exponential backoff per object for retryable failures: 1 s, 2 s, 4 s … 5 min.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut map = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(key.to_string()).or_insert(0);
+        *n = (*n + 1).min(9);
+        Duration::from_secs(1 << (*n - 1)).min(Duration::from_secs(300))
+    }
+
+    /// Forget an object's backoff after a success.
+    pub fn succeeded(&self, key: &str) {
+        let mut map = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(key);
+    }
+}
+
+/// Errors a reconcile returns to the controller runtime (which retries with backoff).
+/// Domain failures (a missing class, a driver error) are conditions, not errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<kube::runtime::finalizer::Error<Error>> for Error {
+    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
+        use kube::runtime::finalizer::Error as F;
+        match e {
+            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+            F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
+            other => Error::Other(other.to_string()),
+        }
+    }
+}
+
+/// Run the roles until `shutdown` resolves (or leadership is lost, which is an error:
+/// the process should exit and be restarted).
+pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    if let Some(addr) = ctx.options.metrics_addr {
+        let metrics = ctx.metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(addr, metrics).await {
+                tracing::error!(error = %e, "metrics endpoint");
+            }
+        });
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    let wanted: [(&str, bool); 3] = [("operator", roles.operator), ("provider", roles.provider), ("controller", roles.controller)];
+    for (role, on) in wanted {
+        if !on {
+            continue;
+        }
+        let ctx = ctx.clone();
+        let stopped = stopped.clone();
+        tasks.spawn(async move {
+            let mut leadership = None;
+            if ctx.options.leader_election {
+                let lease = format!("banlieue-{role}");
+                leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &lease, &ctx.options.identity).await);
+            }
+            let lost = async {
+                match &mut leadership {
+                    Some(l) => l.lost().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let work = async {
+                match role {
+                    "operator" => operator::run(ctx.clone(), stopped()).await,
+                    "provider" => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
+                    _ => vm::run(ctx.clone(), stopped()).await,
+                }
+            };
+            tokio::select! {
+                r = work => r.map_err(|e| anyhow::anyhow!("role {role}: {e}")),
+                _ = lost => Err(anyhow::anyhow!("role {role} lost its lease")),
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// `namespace/name` of an object, for logs, attributions and backoff keys.
+pub fn key<K: kube::Resource>(obj: &K) -> String {
+    match obj.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", obj.meta().name.as_deref().unwrap_or_default()),
+        None => obj.meta().name.clone().unwrap_or_default(),
+    }
+}

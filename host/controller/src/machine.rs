@@ -1,0 +1,421 @@
+//! The infrastructure-machine reconciler (role `provider`): one generic reconciler
+//! over every installed `<Kind>Machine`, calling the ProviderClass's driver with
+//! the Provider's grant.
+//!
+//! - `create` is keyed by the Machine's UID, so a retry or a restart of this
+//!   process never makes a second backend VM;
+//! - `describe` feeds the CAPI v1beta2 status (`initialization.provisioned`,
+//!   `addresses`, `failureDomain`, conditions) and `spec.providerID`;
+//! - `set-power` drives `spec.vm.powerState` and restarts on a new
+//!   `spec.vm.restartRequestedAt`;
+//! - `delete` runs behind the finalizer `banlieue.io/provider`, so the Machine
+//!   outlives its backend VM.
+//!
+//! A Machine annotated `cluster.x-k8s.io/paused` is left alone. Retryable driver
+//! errors back off; terminal ones become a condition and wait for a change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_api::common::{AddressType, Initialization, MachineAddress, PowerState};
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
+use banlieue_api::{Provider, ProviderClass};
+use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
+use banlieue_runtime::{CallError, GuestError};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::conditions::{self, PROVISIONED, READY};
+use crate::provider::call_failure;
+use crate::{finalizer, infra_kinds, Context, Error};
+
+pub const FINALIZER: &str = "banlieue.io/provider";
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// How often a settled machine is described again, to notice drift.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+struct Kind {
+    ctx: Arc<Context>,
+    resource: ApiResource,
+}
+
+/// Start a reconciler for every `<Kind>Machine` as ProviderClasses declare kinds.
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let stop = futures::FutureExt::shared(Box::pin(stop));
+    let mut kinds = infra_kinds::watch(ctx.client.clone()).boxed();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            kind = kinds.next() => {
+                let Some(kind) = kind else { break };
+                running.spawn(reconcile_kind(ctx.clone(), kind, stop.clone()));
+            }
+            _ = stop.clone() => break,
+        }
+    }
+    while running.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let resource = infra_kinds::machine_resource(&prefix);
+    tracing::info!(kind = %resource.kind, "reconciling machines");
+    let api = ctx.watched_dynamic(&resource);
+    let controller = Controller::new_with(api, watcher::Config::default(), resource.clone());
+    let store = controller.store();
+    let kind = Arc::new(Kind { ctx: ctx.clone(), resource: resource.clone() });
+    controller
+        // A Provider that appears or changes unblocks the machines that name it.
+        .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |p| {
+            let (ns, name) = (p.namespace(), p.name_any());
+            store
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns && spec(m).ok().and_then(|s| s.provider_ref).is_some_and(|r| r.name == name))
+                .map(|m| ObjectRef::from_obj_with(&*m, resource.clone()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(stop)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .run(reconcile, error_policy, kind)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(m: Arc<DynamicObject>, err: &Error, kind: Arc<Kind>) -> Action {
+    let key = format!("{}/{}", kind.resource.kind, crate::key(&*m));
+    tracing::warn!(machine = %key, error = %err, "machine reconcile failed");
+    Action::requeue(kind.ctx.backoff(&key))
+}
+
+fn spec(m: &DynamicObject) -> Result<InfraMachineSpec, serde_json::Error> {
+    serde_json::from_value(m.data.get("spec").cloned().unwrap_or_default())
+}
+
+fn status(m: &DynamicObject) -> InfraMachineStatus {
+    m.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default()
+}
+
+async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_inner(&m, &kind).await;
+    kind.ctx.metrics.reconciled("machine", start.elapsed(), result.as_ref().err().map(|_| "Error"));
+    result
+}
+
+/// The driver, its config and grants for one machine, or why there are none.
+struct Backend {
+    class: String,
+    driver: Arc<crate::components::LoadedDriver>,
+    config: wit::ProviderConfig,
+    grants: banlieue_runtime::capability::Grants,
+}
+
+type Failure = (&'static str, String, bool);
+
+async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error> {
+    let ctx = &kind.ctx;
+    if m.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &m.namespace().unwrap_or_default(), &kind.resource);
+    let key = format!("{}/{}", kind.resource.kind, crate::key(m));
+    let spec = match spec(m) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut st = status(m);
+            conditions::set(&mut st.conditions, READY, false, "InvalidSpec", format!("spec does not parse: {e}"), m.metadata.generation);
+            write_status(&api, m, st).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if m.metadata.deletion_timestamp.is_some() {
+        return delete(m, &spec, kind, &api, &key).await;
+    }
+    if !finalizer::has(m, FINALIZER) {
+        finalizer::add(&api, m, FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    let mut st = status(m);
+    let generation = m.metadata.generation;
+    let outcome = async {
+        let backend = backend(ctx, m, &spec).await?;
+        realise(ctx, m, &kind.resource, &spec, &mut st, &backend).await
+    }
+    .await;
+    let action = match outcome {
+        Ok(observed) => {
+            ctx.succeeded(&key);
+            let was_ready = conditions::is_true(&st.conditions, READY);
+            apply_observed(&mut st, &spec, &observed, generation);
+            if !was_ready && conditions::is_true(&st.conditions, READY) {
+                ctx.event(&m.object_ref(&kind.resource), false, "Ready", "Reconcile", format!("{} is {:?}", observed.provider_id, st.power_state.unwrap_or_default())).await;
+            }
+            if spec.provider_id.as_deref() != Some(observed.provider_id.as_str()) && !observed.provider_id.is_empty() {
+                let patch = serde_json::json!({ "spec": { "providerID": observed.provider_id } });
+                api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+            }
+            Action::requeue(RESYNC)
+        }
+        Err((reason, message, retryable)) => {
+            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason || c.status != "False");
+            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
+            st.observed_generation = generation;
+            if changed {
+                ctx.event(&m.object_ref(&kind.resource), true, reason, "Reconcile", message).await;
+            }
+            if retryable { Action::requeue(ctx.backoff(&key)) } else { Action::await_change() }
+        }
+    };
+    write_status(&api, m, st).await?;
+    Ok(action)
+}
+
+async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
+    let ns = m.namespace().unwrap_or_default();
+    let Some(provider_ref) = &spec.provider_ref else {
+        return Err(("NoProvider", "spec.providerRef is not set; banlieue places only Machines made for a VirtualMachine so far".into(), false));
+    };
+    let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
+    let provider = providers
+        .get_opt(&provider_ref.name)
+        .await
+        .map_err(|e| ("APIError", e.to_string(), true))?
+        .ok_or_else(|| ("ProviderNotFound", format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
+    let class_name = provider.spec.provider_class_ref.name.clone();
+    let class = Api::<ProviderClass>::all(ctx.client.clone())
+        .get_opt(&class_name)
+        .await
+        .map_err(|e| ("APIError", e.to_string(), true))?
+        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), true))?;
+    let driver = ctx
+        .components
+        .driver(&class)
+        .await
+        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
+    let (config, grants) = crate::grants::for_provider(ctx, &provider, &class_name, &class.spec.capabilities, &crate::key(m))
+        .await
+        .map_err(|e| (e.reason(), e.to_string(), true))?;
+    Ok(Backend { class: class_name, driver, config, grants })
+}
+
+fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
+    MachineRef {
+        uid: m.uid().unwrap_or_default(),
+        name: m.name_any(),
+        namespace: m.namespace().unwrap_or_default(),
+        provider_id: spec.provider_id.clone(),
+        failure_domain: spec.failure_domain.clone().unwrap_or_default(),
+    }
+}
+
+async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, Failure> {
+    ctx.call(&b.class, function, fut).await.map_err(|e| call_failure(&e))
+}
+
+/// Bring the backend VM to the spec: create (idempotent), then power and restart.
+async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {
+    let r = machine_ref(m, spec);
+    let (limits, grants) = (b.driver.limits, b.grants.clone());
+    let provisioned = st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some();
+    let described = if provisioned {
+        match ctx.call(&b.class, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
+            Ok(s) => Some(s),
+            // The backend VM vanished behind our back: make it again (same UID, same name).
+            Err(CallError::Guest(GuestError::NotFound(_))) => None,
+            Err(e) => return Err(call_failure(&e)),
+        }
+    } else {
+        None
+    };
+    let mut observed = match described {
+        Some(s) => s,
+        None => {
+            let machine = wit_machine(ctx, m, spec).await?;
+            let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+            // A machine just made needs no restart for a request older than itself.
+            st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+            created
+        }
+    };
+    let want = wit_power(spec.vm.power_state);
+    let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
+    if restart && spec.vm.power_state == PowerState::PoweredOn {
+        call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, limits, grants.clone())).await?;
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, limits, grants.clone())).await?;
+        ctx.event(&m.object_ref(resource), false, "Restarted", "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
+    } else if observed.power_state != want {
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, limits, grants.clone())).await?;
+    }
+    if restart {
+        st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+    }
+    Ok(observed)
+}
+
+fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed: &MachineStatus, generation: Option<i64>) {
+    st.initialization = Some(Initialization { provisioned: Some(observed.provisioned) });
+    st.addresses = observed.addresses.iter().map(address).collect();
+    st.failure_domain = spec.failure_domain.clone();
+    let power = api_power(observed.power_state);
+    st.power_state = Some(power);
+    st.observed_generation = generation;
+    for c in &observed.conditions {
+        if c.type_ != READY && c.type_ != PROVISIONED {
+            conditions::set(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
+        }
+    }
+    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { "Provisioned" } else { "Provisioning" }, observed.provider_id.clone(), generation);
+    let ready = observed.provisioned && power == spec.vm.power_state;
+    let (reason, message) = if ready {
+        (format!("{power:?}"), format!("{} is {power:?}", observed.provider_id))
+    } else if !observed.provisioned {
+        ("Provisioning".to_string(), "the backend is still creating the machine".to_string())
+    } else {
+        ("PowerStateMismatch".to_string(), format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
+    };
+    conditions::set(&mut st.conditions, READY, ready, &reason, message, generation);
+}
+
+async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMachineStatus) -> Result<(), Error> {
+    let old = status(m);
+    let unchanged = old.initialization == st.initialization
+        && old.addresses == st.addresses
+        && old.failure_domain == st.failure_domain
+        && old.power_state == st.power_state
+        && old.last_restart_requested_at == st.last_restart_requested_at
+        && old.observed_generation == st.observed_generation
+        && conditions::same(&old.conditions, &st.conditions);
+    if !unchanged {
+        let patch = serde_json::json!({ "status": st });
+        match api.patch_status(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Teardown behind the finalizer: the backend VM goes first, then the finalizer.
+async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &Api<DynamicObject>, key: &str) -> Result<Action, Error> {
+    let ctx = &kind.ctx;
+    if !finalizer::has(m, FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let outcome = async {
+        let b = backend(ctx, m, spec).await?;
+        let r = machine_ref(m, spec);
+        match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, b.driver.limits, b.grants.clone())).await {
+            Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
+            Err(e) => Err(call_failure(&e)),
+        }
+    }
+    .await;
+    match outcome {
+        Ok(()) => {
+            ctx.event(&m.object_ref(&kind.resource), false, "Deleted", "Delete", "backend VM and its disks removed").await;
+            finalizer::remove(api, m, FINALIZER).await?;
+            ctx.succeeded(key);
+            Ok(Action::await_change())
+        }
+        Err((reason, message, _)) => {
+            // The finalizer stays: without the backend's word the VM may still exist.
+            let mut st = status(m);
+            let message = format!("cannot delete the backend VM yet: {message}");
+            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), m.metadata.generation);
+            ctx.event(&m.object_ref(&kind.resource), true, reason, "Delete", message).await;
+            write_status(api, m, st).await?;
+            Ok(Action::requeue(ctx.backoff(key)))
+        }
+    }
+}
+
+/// The driver's view of the machine; user-data is read from its Secret here, by the host.
+async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Machine, Failure> {
+    let ns = m.namespace().unwrap_or_default();
+    let vm = &spec.vm;
+    let user_data = match &vm.user_data {
+        None => None,
+        Some(r) => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+            let secret = secrets
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| ("APIError", e.to_string(), true))?
+                .ok_or_else(|| ("UserDataNotFound", format!("user-data Secret {:?} not found", r.name), true))?;
+            let bytes = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(&r.key))
+                .map(|b| b.0.clone())
+                .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(&r.key)).map(|s| s.clone().into_bytes()))
+                .ok_or_else(|| ("UserDataNotFound", format!("Secret {:?} has no key {:?}", r.name, r.key), true))?;
+            Some(String::from_utf8(bytes).map_err(|_| ("InvalidUserData", format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key), false))?)
+        }
+    };
+    let image = image_source(&vm.image).ok_or_else(|| ("NoImageSource", "the machine's image has no template, backingFile or url".into(), false))?;
+    Ok(Machine {
+        uid: m.uid().unwrap_or_default(),
+        name: m.name_any(),
+        namespace: ns,
+        cpus: vm.cpus,
+        memory_mib: vm.memory_mib,
+        firmware: match vm.firmware {
+            banlieue_api::class::Firmware::BIOS => wit::Firmware::Bios,
+            banlieue_api::class::Firmware::UEFI => wit::Firmware::Uefi,
+        },
+        disks: vm.disks.iter().map(|d| wit::Disk { name: d.name.clone(), size_gib: d.size_gib, target: d.target.clone() }).collect(),
+        nics: vm.nics.iter().map(|n| wit::Nic { name: n.name.clone(), network: n.network.clone() }).collect(),
+        image,
+        user_data,
+        failure_domain: spec.failure_domain.clone().unwrap_or_default(),
+        power_state: wit_power(vm.power_state),
+        labels: m.labels().clone().into_iter().collect(),
+    })
+}
+
+/// Keys of `spec.vm.image`, as the VM controller writes them from the VMImage source.
+fn image_source(image: &BTreeMap<String, String>) -> Option<wit::ImageSource> {
+    if let Some(t) = image.get("template") {
+        return Some(wit::ImageSource::Template(t.clone()));
+    }
+    if let Some(f) = image.get("backingFile") {
+        return Some(wit::ImageSource::BackingFile(f.clone()));
+    }
+    image.get("url").map(|u| wit::ImageSource::Url(wit::UrlSource { url: u.clone(), checksum: image.get("checksum").cloned() }))
+}
+
+fn wit_power(p: PowerState) -> wit::PowerState {
+    match p {
+        PowerState::PoweredOn => wit::PowerState::PoweredOn,
+        PowerState::PoweredOff => wit::PowerState::PoweredOff,
+        PowerState::Suspended => wit::PowerState::Suspended,
+    }
+}
+
+fn api_power(p: wit::PowerState) -> PowerState {
+    match p {
+        wit::PowerState::PoweredOn => PowerState::PoweredOn,
+        wit::PowerState::PoweredOff => PowerState::PoweredOff,
+        wit::PowerState::Suspended => PowerState::Suspended,
+    }
+}
+
+fn address(a: &wit::Address) -> MachineAddress {
+    let type_ = match a.type_ {
+        wit::AddressType::Hostname => AddressType::Hostname,
+        wit::AddressType::ExternalIp => AddressType::ExternalIP,
+        wit::AddressType::InternalIp => AddressType::InternalIP,
+        wit::AddressType::ExternalDns => AddressType::ExternalDNS,
+        wit::AddressType::InternalDns => AddressType::InternalDNS,
+    };
+    MachineAddress { type_, address: a.address.clone() }
+}

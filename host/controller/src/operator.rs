@@ -1,0 +1,171 @@
+//! The operator role: ProviderClasses and PlacementPolicies.
+//!
+//! For each, resolve the component source, verify its signature, compile it (into
+//! the precompiled cache), and report the digest that runs with `Verified` and
+//! `Ready`. A ProviderClass also gets its four infrastructure CRDs installed from
+//! the shared generator, so a third-party class needs no release of banlieue.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use banlieue_api::common::ComponentSource;
+use banlieue_api::provider::ComponentStatus;
+use banlieue_api::{infrastructure_crds, PlacementPolicy, ProviderClass};
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::components::{LoadError, Loaded};
+use crate::conditions::{self, READY, VERIFIED};
+use crate::{Context, Error, FIELD_MANAGER};
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let (stop_a, stop_b) = split(stop);
+    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(stop_a)
+        .run(reconcile_class, error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(stop_b)
+        .run(reconcile_policy, error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    futures::future::join(classes, policies).await;
+    Ok(())
+}
+
+/// One stop signal for two controllers.
+pub(crate) fn split(stop: impl Future<Output = ()> + Send + Sync + 'static) -> (impl Future<Output = ()> + Send + Sync + 'static, impl Future<Output = ()> + Send + Sync + 'static) {
+    let shared = futures::FutureExt::shared(Box::pin(stop));
+    (shared.clone(), shared)
+}
+
+fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %err, "operator reconcile failed");
+    Action::requeue(ctx.backoff("operator"))
+}
+
+async fn reconcile_class(class: Arc<ProviderClass>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_class_inner(&class, &ctx).await;
+    ctx.metrics.reconciled("providerclass", start.elapsed(), result.as_ref().err().map(|_| "Error"));
+    result
+}
+
+async fn reconcile_class_inner(class: &ProviderClass, ctx: &Context) -> Result<Action, Error> {
+    let name = class.name_any();
+    let generation = class.metadata.generation;
+    let mut status = class.status.clone().unwrap_or_default();
+
+    // The infrastructure kinds first: a class whose component is broken still
+    // has its Machines' CRDs, so existing Machines can be listed and cleaned up.
+    let crds_installed = match install_crds(ctx, &class.spec.infrastructure_kind).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(format!("installing the {}Machine CRDs: {e}", class.spec.infrastructure_kind)),
+    };
+    let loaded = ctx.components.driver(class).await;
+    let action = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &class.spec.component, generation, crds_installed.clone());
+    if let Err(e) = &loaded {
+        ctx.event(&class.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
+    }
+    write_status::<ProviderClass>(ctx, &name, class.status.as_ref(), status).await?;
+    Ok(match action {
+        Ok(()) if crds_installed.is_ok() => {
+            ctx.succeeded(&format!("providerclass/{name}"));
+            Action::await_change()
+        }
+        Ok(()) => Action::requeue(ctx.backoff(&format!("providerclass/{name}"))),
+        Err(retry) if retry => Action::requeue(ctx.backoff(&format!("providerclass/{name}"))),
+        Err(_) => Action::await_change(),
+    })
+}
+
+async fn reconcile_policy(policy: Arc<PlacementPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let name = policy.name_any();
+    let mut status = policy.status.clone().unwrap_or_default();
+    let loaded = ctx.components.policy(&policy).await;
+    let action = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &policy.spec.component, policy.metadata.generation, Ok(()));
+    if let Err(e) = &loaded {
+        ctx.event(&policy.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
+    }
+    let written = write_status::<PlacementPolicy>(&ctx, &name, policy.status.as_ref(), status).await;
+    ctx.metrics.reconciled("placementpolicy", start.elapsed(), written.as_ref().err().map(|_| "Error"));
+    written?;
+    Ok(match action {
+        Ok(()) => Action::await_change(),
+        Err(true) => Action::requeue(ctx.backoff(&format!("placementpolicy/{name}"))),
+        Err(false) => Action::await_change(),
+    })
+}
+
+/// Fill `status` from a load result. `Err(retryable)` when not loaded.
+fn report<T>(
+    status: &mut ComponentStatus,
+    loaded: &Result<&Loaded<T>, &LoadError>,
+    spec: &ComponentSource,
+    generation: Option<i64>,
+    crds: Result<(), String>,
+) -> Result<(), bool> {
+    status.observed_generation = generation;
+    match loaded {
+        Ok(l) => {
+            status.resolved_digest = Some(l.digest.clone());
+            status.contract_version = Some(l.contract_version.clone().to_string());
+            let (reason, message) = if spec.source.starts_with("builtin:") {
+                ("BuiltIn", format!("{} ships with banlieue", spec.source))
+            } else if l.verified {
+                ("SignatureVerified", format!("{} verified as {}", spec.source, l.digest))
+            } else {
+                ("UnsignedAllowed", format!("{} is not signed; running it because verification.allowUnsigned is set", spec.source))
+            };
+            conditions::set(&mut status.conditions, VERIFIED, true, reason, message, generation);
+            match &crds {
+                Ok(()) => conditions::set(&mut status.conditions, READY, true, "Loaded", format!("contract {} compiled and ready", l.contract_version), generation),
+                Err(e) => conditions::set(&mut status.conditions, READY, false, "CRDInstallFailed", e.clone(), generation),
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let verification = matches!(e.reason(), "Unsigned" | "VerificationFailed");
+            if verification {
+                status.resolved_digest = None;
+                conditions::set(&mut status.conditions, VERIFIED, false, e.reason(), e.to_string(), generation);
+            } else if conditions::get(&status.conditions, VERIFIED).is_none() {
+                conditions::set(&mut status.conditions, VERIFIED, false, "NotLoaded", "the component could not be fetched or loaded", generation);
+            }
+            conditions::set(&mut status.conditions, READY, false, e.reason(), e.to_string(), generation);
+            Err(e.is_retryable())
+        }
+    }
+}
+
+async fn write_status<K>(ctx: &Context, name: &str, old: Option<&ComponentStatus>, new: ComponentStatus) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let unchanged = old.is_some_and(|o| {
+        o.resolved_digest == new.resolved_digest
+            && o.contract_version == new.contract_version
+            && o.observed_generation == new.observed_generation
+            && conditions::same(&o.conditions, &new.conditions)
+    });
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<K> = Api::all(ctx.client.clone());
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": new }))).await?;
+    Ok(())
+}
+
+async fn install_crds(ctx: &Context, prefix: &str) -> Result<(), String> {
+    let crds = infrastructure_crds(prefix).map_err(|e| e.to_string())?;
+    let api: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
+    for crd in crds {
+        let name = crd.name_any();
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd)).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

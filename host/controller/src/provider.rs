@@ -1,0 +1,149 @@
+//! The Provider reconciler (role `provider`): call the driver's `probe` with the
+//! Provider's grant and publish what it found — failure domains with labels, free
+//! capacity, available classes and features — and `Ready` with the reason when
+//! the backend is unreachable or refuses the credentials. Probes repeat every
+//! minute so capacity stays current.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_api::provider::{Capacity, FailureDomain};
+use banlieue_api::{Provider, ProviderClass};
+use banlieue_runtime::provider::Inventory;
+use banlieue_runtime::{CallError, GuestError};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::conditions::{self, READY};
+use crate::{Context, Error};
+
+/// How often a healthy Provider is probed again.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .watches(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default(), move |class| {
+            let name = class.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.spec.provider_class_ref.name == name)
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(stop)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    Ok(())
+}
+
+fn error_policy(provider: Arc<Provider>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(provider = %crate::key(&*provider), error = %err, "provider reconcile failed");
+    Action::requeue(ctx.backoff(&format!("provider/{}", crate::key(&*provider))))
+}
+
+async fn reconcile(provider: Arc<Provider>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_inner(&provider, &ctx).await;
+    ctx.metrics.reconciled("provider", start.elapsed(), result.as_ref().err().map(|_| "Error"));
+    result
+}
+
+/// Why a probe could not be made or failed: (reason, message, retryable).
+type Failure = (&'static str, String, bool);
+
+async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
+    let key = crate::key(provider);
+    let generation = provider.metadata.generation;
+    let mut status = provider.status.clone().unwrap_or_default();
+    let outcome = probe(provider, ctx).await;
+    status.observed_generation = generation;
+    let action = match outcome {
+        Ok(inventory) => {
+            status.failure_domains = failure_domains(&inventory);
+            let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
+            let message = format!("{version}; {} failure domain(s)", status.failure_domains.len());
+            conditions::set(&mut status.conditions, READY, true, "Probed", message, generation);
+            ctx.succeeded(&format!("provider/{key}"));
+            Action::requeue(PROBE_INTERVAL)
+        }
+        Err((reason, message, retryable)) => {
+            let was_ready = conditions::is_true(&status.conditions, READY);
+            conditions::set(&mut status.conditions, READY, false, reason, message.clone(), generation);
+            if was_ready || provider.status.is_none() {
+                ctx.event(&provider.object_ref(&()), true, reason, "Probe", message).await;
+            }
+            if retryable { Action::requeue(ctx.backoff(&format!("provider/{key}"))) } else { Action::requeue(PROBE_INTERVAL) }
+        }
+    };
+    {
+        let unchanged = provider.status.as_ref().is_some_and(|old| {
+            old.failure_domains == status.failure_domains
+                && old.observed_generation == status.observed_generation
+                && conditions::same(&old.conditions, &status.conditions)
+        });
+        if !unchanged {
+            let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &provider.namespace().unwrap_or_default());
+            api.patch_status(&provider.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": status })))
+                .await?;
+        }
+    }
+    Ok(action)
+}
+
+async fn probe(provider: &Provider, ctx: &Context) -> Result<Inventory, Failure> {
+    let class_name = &provider.spec.provider_class_ref.name;
+    let classes: Api<ProviderClass> = Api::all(ctx.client.clone());
+    let class = classes
+        .get_opt(class_name)
+        .await
+        .map_err(|e| ("APIError", e.to_string(), true))?
+        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), false))?;
+    let driver = ctx
+        .components
+        .driver(&class)
+        .await
+        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
+    let (config, grants) = crate::grants::for_provider(ctx, provider, class_name, &class.spec.capabilities, &crate::key(provider))
+        .await
+        .map_err(|e| (e.reason(), e.to_string(), true))?;
+    ctx.call(class_name, "probe", driver.component.probe(&config, driver.limits, grants))
+        .await
+        .map_err(|e| call_failure(&e))
+}
+
+/// A driver call's failure as a condition reason a user can act on.
+pub fn call_failure(e: &CallError) -> Failure {
+    let reason = match e {
+        CallError::Guest(GuestError::Denied(_)) => "CredentialsRefused",
+        CallError::Guest(GuestError::Unavailable(_)) => "BackendUnavailable",
+        CallError::Guest(GuestError::InvalidSpec(_)) => "InvalidSpec",
+        CallError::Guest(GuestError::NotFound(_)) => "NotFound",
+        CallError::Guest(GuestError::Internal(_)) => "DriverError",
+        other => other.reason(),
+    };
+    (reason, e.to_string(), e.is_retryable())
+}
+
+fn failure_domains(inventory: &Inventory) -> Vec<FailureDomain> {
+    inventory
+        .failure_domains
+        .iter()
+        .map(|fd| FailureDomain {
+            name: fd.name.clone(),
+            labels: fd.labels.iter().cloned().collect(),
+            capacity: Capacity { cpus: fd.capacity.cpus, memory_mib: fd.capacity.memory_mib, storage_gib: fd.capacity.storage_gib },
+            storage_classes: fd.storage_classes.clone(),
+            network_classes: fd.network_classes.clone(),
+            features: fd.features.clone(),
+        })
+        .collect()
+}

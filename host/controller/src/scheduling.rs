@@ -1,0 +1,212 @@
+//! Gathering what a placement component may look at, and checking a placement
+//! still holds. The host filters hard constraints (provider and failure-domain
+//! selectors, classes and features the VMClass needs, required anti-affinity);
+//! the component ranks what is left (spread, binpack, or a team's own policy).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use banlieue_api::vm::{AffinityMode, Scheduled};
+use banlieue_api::{Provider, VMClass, VirtualMachine};
+use banlieue_runtime::placement::{AntiAffinity, Candidate, Capacity, PlacedVm, Request, SelectorOp, SelectorRequirement, VmClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+use kube::ResourceExt;
+
+use crate::conditions::{self, READY};
+
+/// Labels every candidate carries besides its failure domain's own.
+pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
+pub const FAILURE_DOMAIN_LABEL: &str = "banlieue.io/failure-domain";
+
+/// Candidates for one VM, and why the others were left out (for the condition message).
+pub struct Candidates {
+    pub candidates: Vec<Candidate>,
+    pub excluded: Vec<String>,
+}
+
+fn selector(s: &Option<LabelSelector>) -> Result<Option<Selector>, String> {
+    match s {
+        None => Ok(None),
+        Some(s) => Selector::try_from(s.clone()).map(Some).map_err(|e| format!("invalid selector: {e}")),
+    }
+}
+
+/// The labels of one failure domain of one Provider, as selectors and topology keys see them.
+fn domain_labels(provider: &Provider, fd: &banlieue_api::provider::FailureDomain) -> BTreeMap<String, String> {
+    let mut labels = fd.labels.clone();
+    labels.insert(PROVIDER_LABEL.into(), provider.name_any());
+    labels.insert(FAILURE_DOMAIN_LABEL.into(), fd.name.clone());
+    labels
+}
+
+/// Every failure domain of `vm`'s namespace that satisfies its hard constraints.
+/// `providers` are the namespace's Providers; `vms` every VM this process knows.
+///
+/// `image_classes` are the provider classes the VM's image has a source for.
+/// With `require_ready` false, Providers whose probe currently fails still count
+/// (to judge whether a running VM's placement still holds: a backend blip is no
+/// reason to move a VM).
+pub fn candidates(
+    vm: &VirtualMachine,
+    class: &VMClass,
+    image_classes: &BTreeSet<String>,
+    providers: &[Arc<Provider>],
+    vms: &[Arc<VirtualMachine>],
+    require_ready: bool,
+) -> Result<Candidates, String> {
+    let namespace = vm.namespace().unwrap_or_default();
+    let placement = vm.spec.placement.clone().unwrap_or_default();
+    let provider_selector = selector(&placement.provider_selector)?;
+    let domain_selector = selector(&placement.failure_domain_selector)?;
+    let needs_storage: BTreeSet<&str> = class.spec.disks.iter().map(|d| d.storage_class.as_str()).collect();
+    let needs_network: BTreeSet<&str> = class.spec.nics.iter().map(|n| n.network_class.as_str()).collect();
+
+    // Where every other VM of the namespace is, with that domain's labels.
+    let mut domains: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
+    for p in providers {
+        for fd in p.status.as_ref().map(|s| s.failure_domains.as_slice()).unwrap_or_default() {
+            domains.insert((p.name_any(), fd.name.clone()), domain_labels(p, fd));
+        }
+    }
+    let placed: Vec<(&VirtualMachine, &Scheduled)> = vms
+        .iter()
+        .filter(|o| o.namespace().as_deref() == Some(namespace.as_str()) && o.uid() != vm.uid())
+        .filter_map(|o| o.status.as_ref()?.scheduled.as_ref().map(|s| (o.as_ref(), s)))
+        .collect();
+    let rules: Vec<(Selector, &banlieue_api::vm::AntiAffinityRule)> = placement
+        .anti_affinity
+        .iter()
+        .map(|r| Selector::try_from(r.label_selector.clone()).map(|s| (s, r)).map_err(|e| format!("invalid anti-affinity selector: {e}")))
+        .collect::<Result<_, _>>()?;
+
+    let mut out = Candidates { candidates: vec![], excluded: vec![] };
+    for p in providers {
+        let name = p.name_any();
+        if placement.provider_ref.as_ref().is_some_and(|r| r.name != name) {
+            continue;
+        }
+        if provider_selector.as_ref().is_some_and(|s| !s.matches(p.labels())) {
+            continue;
+        }
+        if !image_classes.contains(&p.spec.provider_class_ref.name) {
+            out.excluded.push(format!("the image has no source for Provider {name}'s class {:?}", p.spec.provider_class_ref.name));
+            continue;
+        }
+        let status = p.status.clone().unwrap_or_default();
+        if require_ready && !conditions::is_true(&status.conditions, READY) {
+            let why = conditions::get(&status.conditions, READY).map(|c| c.reason.clone()).unwrap_or_else(|| "not probed yet".into());
+            out.excluded.push(format!("Provider {name} is not ready ({why})"));
+            continue;
+        }
+        let caps = &p.spec.capabilities;
+        for fd in &status.failure_domains {
+            let labels = domain_labels(p, fd);
+            let at = format!("{name}/{}", fd.name);
+            if domain_selector.as_ref().is_some_and(|s| !s.matches(&labels)) {
+                continue;
+            }
+            let offered = |have: &[String], map: &BTreeMap<String, String>, need: &str| have.iter().any(|h| h == need) && map.contains_key(need);
+            if let Some(missing) = needs_storage.iter().find(|c| !offered(&fd.storage_classes, &caps.storage_classes, c)) {
+                out.excluded.push(format!("{at} offers no storage class {missing:?}"));
+                continue;
+            }
+            if let Some(missing) = needs_network.iter().find(|c| !offered(&fd.network_classes, &caps.network_classes, c)) {
+                out.excluded.push(format!("{at} offers no network class {missing:?}"));
+                continue;
+            }
+            if let Some(missing) = class.spec.features.iter().find(|f| !fd.features.contains(f)) {
+                out.excluded.push(format!("{at} lacks feature {missing:?}"));
+                continue;
+            }
+            let here: Vec<&VirtualMachine> = placed
+                .iter()
+                .filter(|(_, s)| s.provider == name && s.failure_domain == fd.name)
+                .map(|(o, _)| *o)
+                .collect();
+            // Required anti-affinity: no matching VM may share this candidate's topology value.
+            let conflict = rules.iter().filter(|(_, r)| r.mode == AffinityMode::Required).find_map(|(sel, r)| {
+                let value = labels.get(&r.topology_key)?;
+                placed.iter().find(|(o, s)| {
+                    sel.matches(o.labels())
+                        && domains.get(&(s.provider.clone(), s.failure_domain.clone())).and_then(|l| l.get(&r.topology_key)) == Some(value)
+                }).map(|(o, _)| format!("{at} shares {}={value} with {} (required anti-affinity)", r.topology_key, o.name_any()))
+            });
+            if let Some(why) = conflict {
+                out.excluded.push(why);
+                continue;
+            }
+            out.candidates.push(Candidate {
+                provider: format!("{namespace}/{name}"),
+                provider_class: p.spec.provider_class_ref.name.clone(),
+                failure_domain: fd.name.clone(),
+                labels: labels.into_iter().collect(),
+                capacity: Capacity { cpus: fd.capacity.cpus, memory_mib: fd.capacity.memory_mib, storage_gib: fd.capacity.storage_gib },
+                storage_classes: fd.storage_classes.clone(),
+                network_classes: fd.network_classes.clone(),
+                features: fd.features.clone(),
+                vm_count: here.len() as u32,
+                vms: here.iter().map(|o| PlacedVm { namespace: namespace.clone(), labels: o.labels().clone().into_iter().collect() }).collect(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Is the VM's current placement still among the candidates?
+pub fn still_valid(scheduled: &Scheduled, candidates: &Candidates, namespace: &str) -> bool {
+    let provider = format!("{namespace}/{}", scheduled.provider);
+    candidates.candidates.iter().any(|c| c.provider == provider && c.failure_domain == scheduled.failure_domain)
+}
+
+/// The placement request for `vm`.
+pub fn request(vm: &VirtualMachine, class: &VMClass, parameters: &BTreeMap<String, serde_json::Value>) -> Request {
+    let c = &class.spec;
+    let uniq = |it: Vec<String>| it.into_iter().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>();
+    Request {
+        vm_name: vm.name_any(),
+        vm_namespace: vm.namespace().unwrap_or_default(),
+        vm_labels: vm.labels().clone().into_iter().collect(),
+        class: VmClass {
+            name: class.name_any(),
+            cpus: c.cpus,
+            memory_mib: c.memory_mib,
+            storage_gib: c.disks.iter().map(|d| d.size_gib).sum(),
+            storage_classes: uniq(c.disks.iter().map(|d| d.storage_class.clone()).collect()),
+            network_classes: uniq(c.nics.iter().map(|n| n.network_class.clone()).collect()),
+            features: c.features.clone(),
+        },
+        parameters: serde_json::to_string(parameters).unwrap_or_else(|_| "{}".into()),
+        anti_affinity: vm
+            .spec
+            .placement
+            .as_ref()
+            .map(|p| p.anti_affinity.iter().map(anti_affinity).collect())
+            .unwrap_or_default(),
+    }
+}
+
+fn anti_affinity(r: &banlieue_api::vm::AntiAffinityRule) -> AntiAffinity {
+    let mut selector: Vec<SelectorRequirement> = r
+        .label_selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| SelectorRequirement { key: k.clone(), op: SelectorOp::In, values: vec![v.clone()] })
+        .collect();
+    for e in r.label_selector.match_expressions.iter().flatten() {
+        let op = match e.operator.as_str() {
+            "In" => SelectorOp::In,
+            "NotIn" => SelectorOp::NotIn,
+            "Exists" => SelectorOp::Exists,
+            _ => SelectorOp::DoesNotExist,
+        };
+        selector.push(SelectorRequirement { key: e.key.clone(), op, values: e.values.clone().unwrap_or_default() });
+    }
+    AntiAffinity {
+        topology_key: r.topology_key.clone(),
+        selector,
+        required: r.mode == AffinityMode::Required,
+        weight: r.weight.max(0) as u32,
+    }
+}

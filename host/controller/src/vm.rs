@@ -1,0 +1,562 @@
+//! The VirtualMachine controller (role `controller`), following DESIGN.md §3:
+//!
+//! 1. finalizer `banlieue.io/virtualmachine`;
+//! 2. resolve the VMClass, the VMImage and the user-data Secret;
+//! 3. gather candidates ([`crate::scheduling`]) and let the placement component
+//!    choose — or keep the current placement while it still holds, and apply the
+//!    `migrationPolicy` when it does not;
+//! 4. record the decision in `status.scheduled` and `status.infrastructureRef`
+//!    *before* any Machine exists, so a crash never leaves a Machine nobody knows of;
+//! 5. on a move, delete the old Machine and wait until its finalizer has torn the
+//!    backend VM down; then server-side-apply the new `<Kind>Machine`;
+//! 6. mirror the Machine's status; `Ready` only when the Machine says so.
+//!
+//! Deleting the VM deletes its Machine and waits for it to be gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedDisk, ResolvedNic, ResolvedVm};
+use banlieue_api::provider::Provider;
+use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
+use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+
+use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
+use crate::machine::PAUSED_ANNOTATION;
+use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
+
+pub const FINALIZER: &str = "banlieue.io/virtualmachine";
+pub const VM_LABEL: &str = "banlieue.io/vm";
+
+struct State {
+    ctx: Arc<Context>,
+    vms: Store<VirtualMachine>,
+}
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let client = ctx.client.clone();
+    let controller = Controller::new(ctx.watched::<VirtualMachine>(), watcher::Config::default());
+    let store = controller.store();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tokio::spawn(watch_machines(ctx.clone(), tx));
+    let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
+        move |name: String, ns: Option<String>| {
+            store
+                .state()
+                .into_iter()
+                .filter(|vm| f(vm, &name, ns.as_deref()))
+                .map(|vm| ObjectRef::from_obj(&*vm))
+                .collect::<Vec<_>>()
+        }
+    };
+    let classes = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
+    let images = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
+    let providers = by(|vm, _, ns| vm.namespace().as_deref() == ns, store.clone());
+    let secrets = by(|vm, n, ns| vm.namespace().as_deref() == ns && vm.spec.user_data.as_ref().is_some_and(|u| u.name == n), store.clone());
+    let unscheduled = by(|vm, _, _| !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED)), store.clone());
+    let state = Arc::new(State { ctx: ctx.clone(), vms: store });
+    controller
+        .reconcile_on(rx)
+        .watches(Api::<VMClass>::all(client.clone()), watcher::Config::default(), move |o| classes(o.name_any(), None))
+        .watches(Api::<VMImage>::all(client.clone()), watcher::Config::default(), move |o| images(o.name_any(), None))
+        .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |o| providers(o.name_any(), o.namespace()))
+        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |o| secrets(o.name_any(), o.namespace()))
+        .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
+        .graceful_shutdown_on(stop)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .run(reconcile, error_policy, state)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    Ok(())
+}
+
+/// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
+async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
+    let mut kinds = infra_kinds::watch(ctx.client.clone()).boxed();
+    while let Some(prefix) = kinds.next().await {
+        let resource = infra_kinds::machine_resource(&prefix);
+        let api = ctx.watched_dynamic(&resource);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default()).default_backoff().touched_objects().boxed();
+            while let Some(m) = events.next().await {
+                let Ok(m) = m else { continue };
+                let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));
+                if let (Some(owner), Some(ns)) = (owner, m.namespace()) {
+                    if tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn error_policy(vm: Arc<VirtualMachine>, err: &Error, state: Arc<State>) -> Action {
+    let key = format!("vm/{}", crate::key(&*vm));
+    tracing::warn!(vm = %crate::key(&*vm), error = %err, "reconcile failed");
+    Action::requeue(state.ctx.backoff(&key))
+}
+
+async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = Reconcile::new(&vm, &state).run().await;
+    state.ctx.metrics.reconciled("virtualmachine", start.elapsed(), result.as_ref().err().map(|_| "Error"));
+    result
+}
+
+/// Why the VM cannot progress: the condition to set and whether to retry on a timer
+/// (otherwise a watch on the missing thing brings the VM back).
+struct Blocked {
+    condition: &'static str,
+    reason: &'static str,
+    message: String,
+    retry: bool,
+}
+
+fn blocked(condition: &'static str, reason: &'static str, message: impl Into<String>) -> Blocked {
+    Blocked { condition, reason, message: message.into(), retry: false }
+}
+
+struct Reconcile<'a> {
+    vm: &'a VirtualMachine,
+    state: &'a State,
+    ctx: &'a Context,
+    api: Api<VirtualMachine>,
+    ns: String,
+    name: String,
+    status: VirtualMachineStatus,
+    generation: Option<i64>,
+}
+
+impl<'a> Reconcile<'a> {
+    fn new(vm: &'a VirtualMachine, state: &'a State) -> Self {
+        let ns = vm.namespace().unwrap_or_default();
+        Reconcile {
+            vm,
+            state,
+            ctx: &state.ctx,
+            api: Api::namespaced(state.ctx.client.clone(), &ns),
+            name: vm.name_any(),
+            ns,
+            status: vm.status.clone().unwrap_or_default(),
+            generation: vm.metadata.generation,
+        }
+    }
+
+    async fn run(mut self) -> Result<Action, Error> {
+        if self.vm.metadata.deletion_timestamp.is_some() {
+            return self.delete().await;
+        }
+        if !finalizer::has(self.vm, FINALIZER) {
+            finalizer::add(&self.api, self.vm, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        if self.vm.spec.paused {
+            self.set_machine_paused(true).await?;
+            return Ok(Action::await_change());
+        }
+        self.set_machine_paused(false).await?;
+        let action = match self.apply().await {
+            Ok(action) => {
+                self.ctx.succeeded(&format!("vm/{}/{}", self.ns, self.name));
+                action
+            }
+            Err(b) => {
+                let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| c.reason != b.reason);
+                self.set(b.condition, false, b.reason, b.message.clone());
+                self.set(READY, false, b.reason, b.message.clone());
+                if first {
+                    self.event(true, b.reason, "Reconcile", b.message).await;
+                }
+                if b.retry { Action::requeue(self.ctx.backoff(&format!("vm/{}/{}", self.ns, self.name))) } else { Action::await_change() }
+            }
+        };
+        self.write_status().await?;
+        Ok(action)
+    }
+
+    fn set(&mut self, type_: &str, status: bool, reason: &str, message: impl Into<String>) {
+        conditions::set(&mut self.status.conditions, type_, status, reason, message, self.generation);
+    }
+
+    async fn event(&self, warning: bool, reason: &str, action: &str, note: impl Into<String>) {
+        self.ctx.event(&self.vm.object_ref(&()), warning, reason, action, note).await;
+    }
+
+    async fn apply(&mut self) -> Result<Action, Blocked> {
+        let client = &self.ctx.client;
+        let spec = &self.vm.spec;
+        let class = Api::<VMClass>::all(client.clone())
+            .get_opt(&spec.class_ref.name)
+            .await
+            .map_err(api_error)?
+            .ok_or_else(|| blocked(SCHEDULED, "ClassNotFound", format!("VMClass {:?} not found", spec.class_ref.name)))?;
+        let image = Api::<VMImage>::all(client.clone())
+            .get_opt(&spec.image_ref.name)
+            .await
+            .map_err(api_error)?
+            .ok_or_else(|| blocked(SCHEDULED, "ImageNotFound", format!("VMImage {:?} not found", spec.image_ref.name)))?;
+        if let Some(u) = &spec.user_data {
+            let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
+                .get_opt(&u.name)
+                .await
+                .map_err(api_error)?
+                .ok_or_else(|| blocked(SCHEDULED, "UserDataNotFound", format!("user-data Secret {:?} not found", u.name)))?;
+            let has_key = secret.data.as_ref().is_some_and(|d| d.contains_key(&u.key)) || secret.string_data.as_ref().is_some_and(|d| d.contains_key(&u.key));
+            if !has_key {
+                return Err(blocked(SCHEDULED, "UserDataNotFound", format!("Secret {:?} has no key {:?}", u.name, u.key)));
+            }
+        }
+        let providers: Vec<Arc<Provider>> = Api::<Provider>::namespaced(client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
+        let vms = self.state.vms.state();
+
+        let scheduled = self.place(&class, &image_classes, &providers, &vms).await?;
+        let provider = providers
+            .iter()
+            .find(|p| p.name_any() == scheduled.provider)
+            .ok_or_else(|| blocked(SCHEDULED, "ProviderNotFound", format!("Provider {:?} not found", scheduled.provider)))?;
+        let provider_class = Api::<ProviderClass>::all(client.clone())
+            .get_opt(&scheduled.provider_class)
+            .await
+            .map_err(api_error)?
+            .ok_or_else(|| blocked(INFRASTRUCTURE_READY, "ProviderClassNotFound", format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
+        let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
+        let target = InfrastructureRef {
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
+            name: self.name.clone(),
+            uid: None,
+        };
+
+        // A Machine made for another placement goes first.
+        if let Some(current) = self.status.infrastructure_ref.clone() {
+            if let Some(old) = self.get_machine(&current).await? {
+                let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
+                let same = current.kind == target.kind
+                    && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
+                    && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
+                if !same {
+                    return self.move_away(&current, &old, &scheduled).await;
+                }
+            }
+        }
+        if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
+            self.status.infrastructure_ref = Some(target.clone());
+            self.write_status().await.map_err(|e| blocked(READY, "APIError", e.to_string()).retrying())?;
+        }
+
+        let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled).await?;
+        self.mirror(&machine, &target);
+        Ok(Action::await_change())
+    }
+
+    /// Keep the current placement while it holds; otherwise follow `migrationPolicy`.
+    /// A new decision is written to status before anything acts on it.
+    async fn place(
+        &mut self,
+        class: &VMClass,
+        image_classes: &BTreeSet<String>,
+        providers: &[Arc<Provider>],
+        vms: &[Arc<VirtualMachine>],
+    ) -> Result<Scheduled, Blocked> {
+        let current = self.status.scheduled.clone();
+        if let Some(current) = &current {
+            let all = scheduling::candidates(self.vm, class, image_classes, providers, vms, false).map_err(|m| blocked(SCHEDULED, "InvalidPlacement", m))?;
+            if scheduling::still_valid(current, &all, &self.ns) {
+                self.set(PLACEMENT_VALID, true, "PlacementHolds", format!("{}/{} still satisfies the placement", current.provider, current.failure_domain));
+                return Ok(current.clone());
+            }
+            let why = format!("{}/{} no longer satisfies the placement", current.provider, current.failure_domain);
+            let restart_bumped = self.vm.spec.restart_requested_at.is_some() && self.vm.spec.restart_requested_at != self.status.last_restart_requested_at;
+            match self.vm.spec.migration_policy {
+                MigrationPolicy::Automatic => {}
+                MigrationPolicy::Manual if restart_bumped => {}
+                MigrationPolicy::Manual => {
+                    self.set(PLACEMENT_VALID, false, "MigrationPending", format!("{why}; bump spec.restartRequestedAt to move it"));
+                    return Ok(current.clone());
+                }
+                MigrationPolicy::Never => {
+                    self.set(PLACEMENT_VALID, false, "MigrationDisabled", format!("{why}; migrationPolicy is Never"));
+                    return Ok(current.clone());
+                }
+            }
+            match self.choose(class, image_classes, providers, vms).await {
+                Ok(next) => {
+                    self.set(PLACEMENT_VALID, true, "Rescheduled", format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
+                    Ok(next)
+                }
+                Err(b) => {
+                    // Nowhere to go: the VM keeps running where it is.
+                    self.set(PLACEMENT_VALID, false, b.reason, format!("{why}, and it cannot move: {}", b.message));
+                    Ok(current.clone())
+                }
+            }
+        } else {
+            let next = self.choose(class, image_classes, providers, vms).await?;
+            self.set(PLACEMENT_VALID, true, "PlacementHolds", "newly scheduled");
+            Ok(next)
+        }
+    }
+
+    async fn choose(&mut self, class: &VMClass, image_classes: &BTreeSet<String>, providers: &[Arc<Provider>], vms: &[Arc<VirtualMachine>]) -> Result<Scheduled, Blocked> {
+        let found = scheduling::candidates(self.vm, class, image_classes, providers, vms, true).map_err(|m| blocked(SCHEDULED, "InvalidPlacement", m))?;
+        if found.candidates.is_empty() {
+            let mut why = found.excluded.clone();
+            if why.is_empty() {
+                why.push(format!("no Provider in namespace {} matches the placement", self.ns));
+            }
+            why.truncate(5);
+            return Err(blocked(SCHEDULED, "NoCandidates", format!("no failure domain fits: {}", why.join("; "))));
+        }
+        let (policy_name, policy, parameters) = match &class.spec.placement_policy_ref {
+            None => ("spread".to_string(), self.ctx.components.builtin_policy("spread").await, BTreeMap::new()),
+            Some(r) => {
+                let pp = Api::<PlacementPolicy>::all(self.ctx.client.clone())
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(api_error)?
+                    .ok_or_else(|| blocked(SCHEDULED, "PlacementPolicyNotFound", format!("PlacementPolicy {:?} not found", r.name)))?;
+                (r.name.clone(), self.ctx.components.policy(&pp).await, pp.spec.parameters.clone())
+            }
+        };
+        let policy = policy.map_err(|e| blocked(SCHEDULED, "PlacementPolicyNotReady", format!("PlacementPolicy {policy_name:?}: {e}")))?;
+        let request = scheduling::request(self.vm, class, &parameters);
+        let grants = banlieue_runtime::capability::Grants {
+            log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object: format!("{}/{}", self.ns, self.name) },
+            ..Default::default()
+        };
+        let decision = self
+            .ctx
+            .call(&policy_name, "choose", policy.component.choose(&request, &found.candidates, policy.limits, grants))
+            .await
+            .map_err(|e| {
+                let (reason, message, retry) = crate::provider::call_failure(&e);
+                let reason = if reason == "BackendUnavailable" { "NoCandidates" } else { reason };
+                Blocked { condition: SCHEDULED, reason, message: format!("placement policy {policy_name:?}: {message}"), retry }
+            })?;
+        let chosen = found
+            .candidates
+            .iter()
+            .find(|c| c.provider == decision.provider && c.failure_domain == decision.failure_domain)
+            .ok_or_else(|| blocked(SCHEDULED, "InvalidDecision", format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain)))?;
+        let provider_name = chosen.provider.rsplit('/').next().unwrap_or_default().to_string();
+        let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, "ProviderNotFound", provider_name.clone()))?;
+        let caps = &provider.spec.capabilities;
+        let scheduled = Scheduled {
+            provider: provider_name,
+            provider_class: chosen.provider_class.clone(),
+            failure_domain: chosen.failure_domain.clone(),
+            storage: class.spec.disks.iter().filter_map(|d| Some((d.storage_class.clone(), caps.storage_classes.get(&d.storage_class)?.clone()))).collect(),
+            networks: class.spec.nics.iter().filter_map(|n| Some((n.network_class.clone(), caps.network_classes.get(&n.network_class)?.clone()))).collect(),
+        };
+        let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.reason);
+        self.set(SCHEDULED, true, "Scheduled", message.clone());
+        // Until a Machine for this decision says otherwise, the VM is not ready.
+        let (reason, note) = match &self.status.infrastructure_ref {
+            Some(r) => ("Moving", format!("moving from {} {} to {}/{}", r.kind, r.name, scheduled.provider, scheduled.failure_domain)),
+            None => ("Provisioning", format!("creating the machine on {}/{}", scheduled.provider, scheduled.failure_domain)),
+        };
+        self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
+        self.set(READY, false, reason, note);
+        self.status.scheduled = Some(scheduled.clone());
+        // The decision is recorded before anything is created for it.
+        self.write_status().await.map_err(|e| blocked(SCHEDULED, "APIError", e.to_string()).retrying())?;
+        self.event(false, "Scheduled", "Schedule", message).await;
+        Ok(scheduled)
+    }
+
+    async fn get_machine(&self, r: &InfrastructureRef) -> Result<Option<DynamicObject>, Blocked> {
+        let resource = resource_of(r);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource);
+        api.get_opt(&r.name).await.map_err(api_error)
+    }
+
+    async fn move_away(&mut self, current: &InfrastructureRef, old: &DynamicObject, next: &Scheduled) -> Result<Action, Blocked> {
+        if old.metadata.deletion_timestamp.is_none() {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(current));
+            api.delete(&current.name, &DeleteParams::default()).await.map_err(api_error)?;
+            self.event(false, "Moving", "Move", format!("tearing down {} {} before recreating on {}/{}", current.kind, current.name, next.provider, next.failure_domain)).await;
+        }
+        let message = format!("waiting for {} {} to be torn down before moving to {}/{}", current.kind, current.name, next.provider, next.failure_domain);
+        self.set(INFRASTRUCTURE_READY, false, "Moving", message.clone());
+        self.set(READY, false, "Moving", message);
+        self.status.addresses.clear();
+        // The old Machine's deletion event brings the VM back.
+        Ok(Action::await_change())
+    }
+
+    async fn apply_machine(
+        &self,
+        resource: &kube::api::ApiResource,
+        class: &VMClass,
+        image: &VMImage,
+        provider: &Provider,
+        scheduled: &Scheduled,
+    ) -> Result<DynamicObject, Blocked> {
+        let c = &class.spec;
+        let caps = &provider.spec.capabilities;
+        let source = image
+            .spec
+            .sources
+            .iter()
+            .find(|s| s.provider_class == scheduled.provider_class)
+            .ok_or_else(|| blocked(SCHEDULED, "NoImageSource", format!("VMImage {:?} has no source for class {:?}", image.name_any(), scheduled.provider_class)))?;
+        let mut image_map = BTreeMap::new();
+        for (k, v) in [("template", &source.template), ("backingFile", &source.backing_file), ("url", &source.url), ("checksum", &source.checksum)] {
+            if let Some(v) = v {
+                image_map.insert(k.to_string(), v.clone());
+            }
+        }
+        let spec = InfraMachineSpec {
+            provider_id: None,
+            failure_domain: Some(scheduled.failure_domain.clone()),
+            provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
+            vm: ResolvedVm {
+                cpus: c.cpus,
+                memory_mib: c.memory_mib,
+                firmware: c.firmware,
+                disks: c
+                    .disks
+                    .iter()
+                    .map(|d| ResolvedDisk { name: d.name.clone(), size_gib: d.size_gib, target: caps.storage_classes.get(&d.storage_class).cloned().unwrap_or_default() })
+                    .collect(),
+                nics: c
+                    .nics
+                    .iter()
+                    .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default() })
+                    .collect(),
+                image: image_map,
+                user_data: self.vm.spec.user_data.clone(),
+                power_state: self.vm.spec.desired_power_state,
+                restart_requested_at: self.vm.spec.restart_requested_at.clone(),
+            },
+        };
+        let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, "Internal", "VM has no uid"))?;
+        let body = serde_json::json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": self.name,
+                "namespace": self.ns,
+                "labels": { VM_LABEL: self.name },
+                "ownerReferences": [owner],
+            },
+            "spec": spec,
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
+        api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
+            let mut b = blocked(INFRASTRUCTURE_READY, "MachineApplyFailed", format!("applying {} {}: {e}", resource.kind, self.name));
+            b.retry = true;
+            b
+        })
+    }
+
+    /// Copy what the Machine reports. `Ready` only when the Machine is Ready.
+    fn mirror(&mut self, machine: &DynamicObject, target: &InfrastructureRef) {
+        let st: InfraMachineStatus = machine.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+        self.status.infrastructure_ref = Some(InfrastructureRef { uid: machine.uid(), ..target.clone() });
+        self.status.initialization = st.initialization.clone();
+        self.status.addresses = st.addresses.clone();
+        self.status.observed_power_state = st.power_state;
+        if st.last_restart_requested_at.is_some() {
+            self.status.last_restart_requested_at = st.last_restart_requested_at.clone();
+        }
+        let (ready, reason, message) = match conditions::get(&st.conditions, READY) {
+            Some(c) => (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message)),
+            None => (false, "WaitingForInfrastructure".to_string(), format!("{} {} has not reported yet", target.kind, target.name)),
+        };
+        self.set(INFRASTRUCTURE_READY, ready, &reason, message.clone());
+        self.set(READY, ready, &reason, message);
+    }
+
+    async fn set_machine_paused(&self, paused: bool) -> Result<(), Error> {
+        let Some(r) = &self.status.infrastructure_ref else { return Ok(()) };
+        let Ok(Some(m)) = self.get_machine(r).await else { return Ok(()) };
+        if m.annotations().contains_key(PAUSED_ANNOTATION) == paused {
+            return Ok(());
+        }
+        let value = if paused { serde_json::json!("true") } else { serde_json::Value::Null };
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(r));
+        api.patch(&r.name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: value}}})))
+            .await?;
+        self.event(false, if paused { "Paused" } else { "Resumed" }, "Pause", format!("{} {} is {}", r.kind, r.name, if paused { "paused" } else { "reconciled again" })).await;
+        Ok(())
+    }
+
+    /// Delete the Machine, wait for it to be gone (its finalizer removes the backend VM), then let the VM go.
+    async fn delete(mut self) -> Result<Action, Error> {
+        if !finalizer::has(self.vm, FINALIZER) {
+            return Ok(Action::await_change());
+        }
+        if let Some(r) = self.status.infrastructure_ref.clone() {
+            match self.get_machine(&r).await {
+                Err(b) => return Err(Error::Other(b.message)),
+                Ok(Some(m)) => {
+                    if m.metadata.deletion_timestamp.is_none() {
+                        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
+                        api.delete(&r.name, &DeleteParams::default()).await?;
+                        self.event(false, "Deleting", "Delete", format!("deleting {} {}", r.kind, r.name)).await;
+                    }
+                    let message = format!("waiting for {} {} (and its backend VM) to be deleted", r.kind, r.name);
+                    self.set(READY, false, "Deleting", message.clone());
+                    self.set(INFRASTRUCTURE_READY, false, "Deleting", message);
+                    self.write_status().await?;
+                    return Ok(Action::await_change());
+                }
+                Ok(None) => {}
+            }
+        }
+        finalizer::remove(&self.api, self.vm, FINALIZER).await?;
+        Ok(Action::await_change())
+    }
+
+    async fn write_status(&mut self) -> Result<(), Error> {
+        self.status.observed_generation = self.generation;
+        let old = self.vm.status.clone().unwrap_or_default();
+        let mut a = old.clone();
+        let mut b = self.status.clone();
+        a.conditions.clear();
+        b.conditions.clear();
+        if a == b && conditions::same(&old.conditions, &self.status.conditions) {
+            return Ok(());
+        }
+        match self.api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": self.status }))).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+            Ok(_) => Ok(()),
+        }
+    }
+}
+
+impl Blocked {
+    fn retrying(mut self) -> Self {
+        self.retry = true;
+        self
+    }
+}
+
+fn api_error(e: kube::Error) -> Blocked {
+    Blocked { condition: READY, reason: "APIError", message: e.to_string(), retry: true }
+}
+
+fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
+    let prefix = r.kind.strip_suffix("Machine").unwrap_or(&r.kind);
+    infra_kinds::machine_resource(prefix)
+}

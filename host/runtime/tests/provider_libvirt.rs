@@ -1,0 +1,256 @@
+//! The libvirt provider driver (`guests/provider-libvirt`) against libvirt's `test:///default`
+//! driver, through the runtime with a libvirt grant. Every check of what the driver did is made on
+//! the same connection it was granted.
+//!
+//! Within one process, `test:///default` connections open at the same time share one state (it
+//! resets once every connection is closed), so each test holds [`LOCK`] while its connection is open.
+
+mod common;
+
+use banlieue_libvirt::{DomainState, Libvirt};
+use banlieue_runtime::capability::Grants;
+use banlieue_runtime::capability::libvirt::LibvirtGrant;
+use banlieue_runtime::provider::{
+    Disk, Firmware, ImageSource, Machine, MachineRef, Nic, PowerState, ProviderConfig, ProviderDriver,
+};
+use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
+use common::guest;
+
+const URI: &str = "test:///default";
+const UID: &str = "6f1c2a3e-1111-4222-8333-444455556666";
+const OTHER_UID: &str = "0b7e9a51-2222-4333-8444-555566667777";
+
+/// Serialises the tests: they share the test driver's state.
+static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The turn to use the test driver (declared first, so dropped after the connection), the driver,
+/// and a test:///default connection granted to it.
+async fn setup() -> (tokio::sync::MutexGuard<'static, ()>, ProviderDriver, Libvirt, Grants) {
+    let turn = LOCK.lock().await;
+    let conn = banlieue_libvirt::Connections::new().get(URI).await.expect("open test:///default");
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let driver = rt.provider(&guest("provider-libvirt")).unwrap();
+    let grants = Grants { libvirt: Some(LibvirtGrant { conn: conn.clone() }), ..Grants::default() };
+    (turn, driver, conn, grants)
+}
+
+fn config() -> ProviderConfig {
+    ProviderConfig {
+        provider: "infra/host-a".into(),
+        endpoint: URI.into(),
+        credential_keys: vec![],
+        storage_classes: vec![("standard".into(), "default-pool".into()), ("ghost".into(), "no-such-pool".into())],
+        network_classes: vec![("default".into(), "default".into()), ("dmz".into(), "no-such-network".into())],
+        features: vec!["uefi".into()],
+    }
+}
+
+fn machine(uid: &str) -> Machine {
+    Machine {
+        uid: uid.into(),
+        name: "vm".into(),
+        namespace: "ns".into(),
+        cpus: 2,
+        memory_mib: 512,
+        firmware: Firmware::Uefi,
+        disks: vec![
+            Disk { name: "root".into(), size_gib: 10, target: "default-pool".into() },
+            Disk { name: "data".into(), size_gib: 1, target: "default-pool".into() },
+        ],
+        nics: vec![Nic { name: "eth0".into(), network: "default".into() }],
+        image: ImageSource::BackingFile("/var/lib/banlieue/images/debian-12 & co.qcow2".into()),
+        user_data: Some("#cloud-config\nhostname: vm\n".into()),
+        failure_domain: "host-a".into(),
+        power_state: PowerState::PoweredOn,
+        labels: vec![],
+    }
+}
+
+fn machine_ref(uid: &str) -> MachineRef {
+    MachineRef {
+        uid: uid.into(),
+        name: "vm".into(),
+        namespace: "ns".into(),
+        provider_id: None,
+        failure_domain: "host-a".into(),
+    }
+}
+
+fn limits() -> Limits {
+    Limits::default()
+}
+
+async fn domains_named(conn: &Libvirt, name: &str) -> Vec<banlieue_libvirt::DomainInfo> {
+    conn.domain_list().await.unwrap().into_iter().filter(|d| d.name == name).collect()
+}
+
+async fn volumes(conn: &Libvirt) -> Vec<String> {
+    let mut names: Vec<String> = conn.volume_list("default-pool").await.unwrap().into_iter().map(|v| v.name).collect();
+    names.sort();
+    names
+}
+
+fn invalid_spec(result: Result<impl std::fmt::Debug, CallError>, needle: &str) {
+    match result {
+        Err(CallError::Guest(GuestError::InvalidSpec(m))) => {
+            assert!(m.contains(needle), "{m:?} does not mention {needle:?}")
+        }
+        other => panic!("expected invalid-spec mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn probe_reports_the_host_and_its_mapped_classes() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let inv = driver.probe(&config(), limits(), grants).await.unwrap();
+    assert!(inv.backend_version.as_deref().is_some_and(|v| v.contains("libvirt")), "{inv:?}");
+    let [fd] = inv.failure_domains.as_slice() else { panic!("one failure domain: {inv:?}") };
+    assert_eq!(fd.name, "host-a");
+    assert!(fd.labels.contains(&("banlieue.io/host".to_string(), "host-a".to_string())), "{:?}", fd.labels);
+    assert_eq!(fd.storage_classes, vec!["standard".to_string()], "the unmapped pool is not offered");
+    assert_eq!(fd.network_classes, vec!["default".to_string()], "the unmapped network is not offered");
+    assert_eq!(fd.features, vec!["uefi".to_string()]);
+    // The test node has 16 CPUs; storage is what default-pool has free (100 GiB when untouched).
+    let pool = conn.pool_list().await.unwrap().into_iter().find(|p| p.name == "default-pool").unwrap();
+    assert_eq!((fd.capacity.cpus, fd.capacity.storage_gib), (16, pool.available_bytes >> 30), "{:?}", fd.capacity);
+}
+
+#[tokio::test]
+async fn machine_lifecycle() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let cfg = config();
+
+    // create: one domain with the machine's UID as its UUID, running, with its volumes.
+    let status = driver.create(&cfg, &machine(UID), limits(), grants.clone()).await.unwrap();
+    assert_eq!(status.provider_id, format!("libvirt://{UID}"));
+    assert_eq!(status.power_state, PowerState::PoweredOn);
+    assert!(status.provisioned);
+    let [domain] = domains_named(&conn, "ns_vm").await.try_into().unwrap();
+    assert_eq!(domain.uuid, UID);
+    assert_eq!(domain.state, DomainState::Running);
+    assert_eq!((domain.vcpus, domain.memory_kib), (2, 512 * 1024));
+    assert_eq!(volumes(&conn).await, vec!["ns_vm_data.qcow2".to_string(), "ns_vm_root.qcow2".to_string()]);
+    let xml = conn.domain_xml("ns_vm").await.unwrap();
+    for part in [
+        "<title>ns/vm</title>",
+        "https://banlieue.io/libvirt/v1",
+        "firmware='efi'",
+        "volume='ns_vm_root.qcow2'",
+        "network='default'",
+    ] {
+        assert!(xml.contains(part), "{part} not in {xml}");
+    }
+
+    // create again with the same UID: the same machine, no second domain.
+    let again = driver.create(&cfg, &machine(UID), limits(), grants.clone()).await.unwrap();
+    assert_eq!(again.provider_id, status.provider_id);
+    assert_eq!(domains_named(&conn, "ns_vm").await.len(), 1);
+    assert_eq!(conn.domain_list().await.unwrap().iter().filter(|d| d.uuid == UID).count(), 1);
+
+    // Another machine (UID) with the same namespace/name is refused.
+    invalid_spec(
+        driver.create(&cfg, &machine(OTHER_UID), limits(), grants.clone()).await,
+        "belongs to another machine",
+    );
+    // ...and does not see, power or delete this one.
+    let e = driver.describe(&cfg, &machine_ref(OTHER_UID), limits(), grants.clone()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
+    driver.delete(&cfg, &machine_ref(OTHER_UID), limits(), grants.clone()).await.unwrap();
+    assert_eq!(domains_named(&conn, "ns_vm").await.len(), 1);
+
+    let described = driver.describe(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
+    assert_eq!(described.provider_id, format!("libvirt://{UID}"));
+    assert_eq!(described.power_state, PowerState::PoweredOn);
+    assert!(described.addresses.is_empty());
+
+    // Power off (hard) and on again.
+    let off =
+        driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, limits(), grants.clone()).await.unwrap();
+    assert_eq!(off.power_state, PowerState::PoweredOff);
+    assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Shutoff);
+    let off_again =
+        driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, limits(), grants.clone()).await.unwrap();
+    assert_eq!(off_again.power_state, PowerState::PoweredOff);
+    let on = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, limits(), grants.clone()).await.unwrap();
+    assert_eq!(on.power_state, PowerState::PoweredOn);
+    assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Running);
+    invalid_spec(
+        driver.set_power(&cfg, &machine_ref(UID), PowerState::Suspended, limits(), grants.clone()).await,
+        "does not suspend",
+    );
+
+    // delete: domain and volumes gone; again is fine; then the machine is not found.
+    driver.delete(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
+    assert!(domains_named(&conn, "ns_vm").await.is_empty());
+    assert!(volumes(&conn).await.is_empty(), "{:?}", volumes(&conn).await);
+    driver.delete(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
+    let e = driver.describe(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
+    let e = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, limits(), grants).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
+    assert_eq!(
+        conn.domain_state("test").await.unwrap(),
+        DomainState::Running,
+        "the test driver's own domain is untouched"
+    );
+}
+
+#[tokio::test]
+async fn retries_after_a_crash_reuse_and_clean_up_volumes() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let cfg = config();
+    // A create that crashed after its first volume; a volume of another machine alongside.
+    for name in ["ns_vm_root.qcow2", "ns_vm-2_root.qcow2"] {
+        let xml = format!("<volume><name>{name}</name><capacity unit='GiB'>10</capacity></volume>");
+        conn.volume_create("default-pool", xml).await.unwrap();
+    }
+    let mut m = machine(UID);
+    m.power_state = PowerState::PoweredOff;
+    let status = driver.create(&cfg, &m, limits(), grants.clone()).await.unwrap();
+    assert_eq!(status.power_state, PowerState::PoweredOff);
+    assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Shutoff);
+    assert_eq!(
+        volumes(&conn).await,
+        vec!["ns_vm-2_root.qcow2".to_string(), "ns_vm_data.qcow2".to_string(), "ns_vm_root.qcow2".to_string()]
+    );
+
+    // A delete that crashed after undefining the domain left the volumes behind: a retry removes them.
+    conn.domain_undefine("ns_vm").await.unwrap();
+    driver.delete(&cfg, &machine_ref(UID), limits(), grants).await.unwrap();
+    assert_eq!(volumes(&conn).await, vec!["ns_vm-2_root.qcow2".to_string()], "only this machine's volumes go");
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_and_create_nothing() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let cfg = config();
+    let mut m = machine(UID);
+    m.nics[0].network = "no-such-network".into();
+    invalid_spec(driver.create(&cfg, &m, limits(), grants.clone()).await, "no-such-network");
+    let mut m = machine(UID);
+    m.disks[1].target = "no-such-pool".into();
+    invalid_spec(driver.create(&cfg, &m, limits(), grants.clone()).await, "no-such-pool");
+    let mut m = machine(UID);
+    m.image = ImageSource::Template("debian-12".into());
+    invalid_spec(driver.create(&cfg, &m, limits(), grants.clone()).await, "backingFile");
+    let mut m = machine(UID);
+    m.disks.clear();
+    invalid_spec(driver.create(&cfg, &m, limits(), grants.clone()).await, "at least one disk");
+    let mut m = machine("not-a-uuid");
+    m.name = "vm".into();
+    invalid_spec(driver.create(&cfg, &m, limits(), grants).await, "not a UUID");
+    assert!(domains_named(&conn, "ns_vm").await.is_empty());
+    assert!(volumes(&conn).await.is_empty());
+}
+
+#[tokio::test]
+async fn without_the_libvirt_grant_every_call_is_denied() {
+    let (_turn, driver, conn, _) = setup().await;
+    let cfg = config();
+    let denied = |e: CallError| assert!(matches!(e, CallError::Guest(GuestError::Denied(_))), "{e}");
+    denied(driver.probe(&cfg, limits(), Grants::default()).await.unwrap_err());
+    denied(driver.create(&cfg, &machine(UID), limits(), Grants::default()).await.unwrap_err());
+    denied(driver.describe(&cfg, &machine_ref(UID), limits(), Grants::default()).await.unwrap_err());
+    denied(driver.delete(&cfg, &machine_ref(UID), limits(), Grants::default()).await.unwrap_err());
+    assert!(domains_named(&conn, "ns_vm").await.is_empty());
+}

@@ -1,0 +1,320 @@
+//! The control loop end to end: VirtualMachines on real libvirt (`test:///…`
+//! drivers) through the placement component, the infrastructure Machine and the
+//! libvirt driver component, against the embedded API server (or the cluster in
+//! `BANLIEUE_TEST_KUBECONFIG`).
+
+use std::collections::BTreeSet;
+
+use banlieue_api::VirtualMachine;
+use banlieue_api::{Provider, ProviderClass};
+use banlieue_libvirt::{DomainState, Libvirt};
+use banlieue_tests::control::{apply, guests_dist, wait_for, ControlPlane};
+use banlieue_tests::{await_deleted, TestEnv};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const DEFAULT_URI: &str = "test:///default";
+
+fn machines(env: &TestEnv) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", "LibvirtMachine");
+    Api::namespaced_with(env.client.clone(), &env.ns, &ApiResource::from_gvk_with_plural(&gvk, "libvirtmachines"))
+}
+
+/// A second libvirt "host": the test driver with a node description of our own.
+fn second_host(env: &TestEnv) -> anyhow::Result<String> {
+    let path = env.dir().join("host-b.xml");
+    std::fs::write(
+        &path,
+        r#"<node>
+  <cpu><mhz>2000</mhz><model>x86_64</model><active>4</active><sockets>1</sockets><cores>4</cores><threads>1</threads><nodes>1</nodes></cpu>
+  <memory>8388608</memory>
+  <network><name>default</name><uuid>dd8fe884-6c02-601e-7551-cca97df1c5df</uuid><bridge name='virbr0'/><forward/>
+    <ip address='192.168.123.1' netmask='255.255.255.0'/></network>
+  <pool type='dir'><name>default-pool</name><uuid>dfe224cb-28fb-8dd0-c4b2-64eb3f0f4566</uuid>
+    <capacity unit='GiB'>100</capacity><allocation>0</allocation><available unit='GiB'>100</available>
+    <target><path>/default-pool</path></target></pool>
+</node>"#,
+    )?;
+    Ok(format!("test://{}", path.display()))
+}
+
+/// The libvirt class, a VMClass, a VMImage and Provider `a` on `test:///default`.
+async fn fixtures(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = &env.ns;
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    provider(env, "a", DEFAULT_URI).await
+}
+
+async fn provider(env: &TestEnv, name: &str, uri: &str) -> anyhow::Result<()> {
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+    )
+    .await
+}
+
+fn vm(env: &TestEnv, name: &str, extra: Value) -> Value {
+    let mut spec = json!({"classRef": {"name": format!("{}-small", env.ns)}, "imageRef": {"name": format!("{}-debian", env.ns)}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": env.ns}, "spec": spec})
+}
+
+fn condition(vm: &VirtualMachine, type_: &str) -> Option<(String, String, String)> {
+    let c = vm.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn is_ready(vm: Option<&VirtualMachine>) -> bool {
+    vm.and_then(|v| condition(v, "Ready")).is_some_and(|(s, _, _)| s == "True")
+}
+
+/// Domains of the test's namespace on one libvirt connection: name → (uuid, state).
+async fn domains(libvirt: &Libvirt, ns: &str) -> anyhow::Result<Vec<(String, String, DomainState)>> {
+    let prefix = format!("{ns}_");
+    Ok(libvirt.domain_list().await?.into_iter().filter(|d| d.name.starts_with(&prefix)).map(|d| (d.name, d.uuid, d.state)).collect())
+}
+
+async fn volumes(libvirt: &Libvirt, ns: &str) -> anyhow::Result<BTreeSet<String>> {
+    let prefix = format!("{ns}_");
+    Ok(libvirt.volume_list("default-pool").await?.into_iter().map(|v| v.name).filter(|n| n.starts_with(&prefix)).collect())
+}
+
+async fn patch_spec(api: &Api<VirtualMachine>, name: &str, spec: Value) -> anyhow::Result<()> {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_vm_is_created_powered_restarted_and_deleted_on_libvirt() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-lifecycle").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    apply(&env.client, vm(&env, "web", json!({}))).await?;
+
+    let ready = wait_for(&vms, "web", 60, "Ready", is_ready).await?;
+    let status = ready.status.clone().unwrap_or_default();
+    let scheduled = status.scheduled.clone().expect("scheduled");
+    assert_eq!((scheduled.provider.as_str(), scheduled.failure_domain.as_str()), ("a", "a"));
+    assert_eq!(scheduled.storage.get("standard").map(String::as_str), Some("default-pool"));
+    let machine = machines(&env).get("web").await?;
+    assert!(machine.finalizers().iter().any(|f| f == "banlieue.io/provider"), "the Machine guards its backend VM");
+    assert_eq!(machine.owner_references()[0].uid, ready.uid().unwrap_or_default());
+    let uid = machine.uid().unwrap_or_default();
+    assert_eq!(machine.data["spec"]["providerID"], json!(format!("libvirt://{uid}")));
+    assert_eq!(status.infrastructure_ref.as_ref().and_then(|r| r.uid.clone()), Some(uid.clone()));
+    let domain_name = format!("{}_web", env.ns);
+    assert_eq!(domains(&libvirt, &env.ns).await?, vec![(domain_name.clone(), uid.clone(), DomainState::Running)]);
+    assert_eq!(volumes(&libvirt, &env.ns).await?, BTreeSet::from([format!("{}_web_root.qcow2", env.ns)]));
+
+    // Power off, then on: the domain follows, and the VM reports what the backend says.
+    patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOff"})).await?;
+    wait_for(&vms, "web", 30, "PoweredOff", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state).is_some_and(|p| p == banlieue_api::common::PowerState::PoweredOff)
+    })
+    .await?;
+    assert_eq!(libvirt.domain_state(&domain_name).await?, DomainState::Shutoff);
+    patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOn"})).await?;
+    wait_for(&vms, "web", 30, "PoweredOn", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state).is_some_and(|p| p == banlieue_api::common::PowerState::PoweredOn)
+    })
+    .await?;
+    assert_eq!(libvirt.domain_state(&domain_name).await?, DomainState::Running);
+
+    // Restart is declarative: a new value restarts once, and the status records it.
+    let stamp = "2026-12-03T10:00:00Z";
+    patch_spec(&vms, "web", json!({"restartRequestedAt": stamp})).await?;
+    wait_for(&vms, "web", 30, "restart recorded", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()?.last_restart_requested_at.clone()).as_deref() == Some(stamp)
+    })
+    .await?;
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let restarts = events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Restarted")).count();
+    assert_eq!(restarts, 1, "exactly one restart for one new restartRequestedAt");
+    assert_eq!(libvirt.domain_state(&domain_name).await?, DomainState::Running);
+
+    // Delete: the VM goes only after the Machine, which goes only after the domain and its disks.
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert!(machines(&env).get_opt("web").await?.is_none());
+    assert!(domains(&libvirt, &env.ns).await?.is_empty(), "no domain left behind");
+    assert!(volumes(&libvirt, &env.ns).await?.is_empty(), "no volume left behind");
+    Ok(())
+}
+
+#[tokio::test]
+async fn changing_the_provider_moves_the_vm_between_libvirt_hosts() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-swap").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let uri_b = second_host(&env)?;
+    provider(&env, "b", &uri_b).await?;
+    let (host_a, host_b) = (cp.ctx.libvirt.get(DEFAULT_URI).await?, cp.ctx.libvirt.get(&uri_b).await?);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    apply(&env.client, vm(&env, "db", json!({"placement": {"providerRef": {"name": "a"}}}))).await?;
+    wait_for(&vms, "db", 60, "Ready on a", is_ready).await?;
+    assert_eq!(domains(&host_a, &env.ns).await?.len(), 1);
+    assert!(domains(&host_b, &env.ns).await?.is_empty());
+    let first_uid = machines(&env).get("db").await?.uid();
+
+    patch_spec(&vms, "db", json!({"placement": {"providerRef": {"name": "b"}}})).await?;
+    let moved = wait_for(&vms, "db", 60, "Ready on b", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.scheduled.clone()).is_some_and(|s| s.provider == "b")
+    })
+    .await?;
+    let machine = machines(&env).get("db").await?;
+    assert_ne!(machine.uid(), first_uid, "a new Machine for the new placement");
+    assert_eq!(machine.data["spec"]["providerRef"]["name"], json!("b"));
+    assert!(domains(&host_a, &env.ns).await?.is_empty(), "the old backend VM is gone");
+    assert!(volumes(&host_a, &env.ns).await?.is_empty());
+    let on_b = domains(&host_b, &env.ns).await?;
+    assert_eq!(on_b.len(), 1);
+    assert_eq!(on_b[0].1, machine.uid().unwrap_or_default());
+    let (_, reason, _) = condition(&moved, "PlacementValid").expect("PlacementValid");
+    assert!(reason == "Rescheduled" || reason == "PlacementHolds", "{reason}");
+
+    vms.delete("db", &Default::default()).await?;
+    await_deleted(&vms, "db").await?;
+    assert!(domains(&host_b, &env.ns).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_references_and_unsatisfiable_classes_are_reported_and_recovered() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-refs").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let class = format!("{}-big", env.ns);
+    apply(&env.client, vm(&env, "late", json!({"classRef": {"name": class}}))).await?;
+    let v = wait_for(&vms, "late", 30, "ClassNotFound", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "ClassNotFound")
+    })
+    .await?;
+    assert!(condition(&v, "Scheduled").unwrap().2.contains(&class), "the message names the missing class");
+
+    // The class appears, but needs a storage class no Provider offers.
+    let class_object = |storage: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": class},
+               "spec": {"cpus": 2, "memoryMiB": 1024, "disks": [{"name": "root", "sizeGiB": 8, "storageClass": storage}]}})
+    };
+    apply(&env.client, class_object("fast-nvme")).await?;
+    let v = wait_for(&vms, "late", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
+    })
+    .await?;
+    assert!(condition(&v, "Scheduled").unwrap().2.contains("fast-nvme"), "the message names what is missing");
+    assert!(machines(&env).get_opt("late").await?.is_none(), "nothing is created for an unschedulable VM");
+
+    // Fixing the class schedules it: the change is watched, not polled.
+    apply(&env.client, class_object("standard")).await?;
+    wait_for(&vms, "late", 60, "Ready", is_ready).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() -> anyhow::Result<()> {
+    let env = TestEnv::start("hostile").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let hostile = format!("file://{}", guests_dist().join("hostile-provider.wasm").display());
+    let class = format!("{}-hostile", env.ns);
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
+               "spec": {"component": {"source": hostile, "verification": {"allowUnsigned": true}, "limits": {"cpuMillis": 200}},
+                        "infrastructureKind": "Hostile"}}),
+    )
+    .await?;
+    let unsigned = format!("{}-unsigned", env.ns);
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": unsigned},
+               "spec": {"component": {"source": hostile}, "infrastructureKind": "Unsigned"}}),
+    )
+    .await?;
+    for name in ["spin", "panic", "alloc"] {
+        apply(
+            &env.client,
+            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
+                   "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": "https://127.0.0.1:1"}}}),
+        )
+        .await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    apply(&env.client, vm(&env, "steady", json!({}))).await?;
+
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    for (name, reason) in [("spin", "CPUBudgetExceeded"), ("panic", "Trapped"), ("alloc", "MemoryLimitExceeded")] {
+        wait_for(&providers, name, 60, reason, move |p: Option<&Provider>| {
+            p.and_then(|p| p.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned())
+                .is_some_and(|c| c.status == "False" && c.reason == reason)
+        })
+        .await?;
+    }
+    let ready = wait_for(&vms, "steady", 60, "Ready", is_ready).await?;
+    assert_eq!(ready.status.unwrap().scheduled.unwrap().provider, "a", "only the healthy Provider is a candidate");
+
+    let classes: Api<ProviderClass> = Api::all(env.client.clone());
+    let c = wait_for(&classes, &unsigned, 30, "refused", |c: Option<&ProviderClass>| {
+        c.and_then(|c| c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned()).is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    let ready = c.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, "Unsigned", "{}", ready.message);
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_the_host_mid_create_and_mid_delete_leaves_no_duplicate_and_no_leak() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-crash").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    // The test's own connection keeps the test driver's state across control planes.
+    let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env);
+    apply(&env.client, vm(&env, "crashy", json!({}))).await?;
+    // Kill as soon as the Machine exists with its finalizer: create is about to run or running.
+    wait_for(&machines, "crashy", 60, "finalizer", |m: Option<&DynamicObject>| m.is_some_and(|m| !m.finalizers().is_empty())).await?;
+    cp.kill();
+
+    let cp = ControlPlane::start(&env)?;
+    wait_for(&vms, "crashy", 60, "Ready after restart", is_ready).await?;
+    let uid = machines.get("crashy").await?.uid().unwrap_or_default();
+    let found = domains(&libvirt, &env.ns).await?;
+    assert_eq!(found.len(), 1, "exactly one domain: {found:?}");
+    assert_eq!(found[0].1, uid);
+
+    vms.delete("crashy", &Default::default()).await?;
+    wait_for(&machines, "crashy", 60, "deletion started", |m: Option<&DynamicObject>| m.is_none_or(|m| m.metadata.deletion_timestamp.is_some())).await?;
+    cp.kill();
+
+    let _cp = ControlPlane::start(&env)?;
+    await_deleted(&vms, "crashy").await?;
+    assert!(domains(&libvirt, &env.ns).await?.is_empty(), "no domain leaked");
+    assert!(volumes(&libvirt, &env.ns).await?.is_empty(), "no volume leaked");
+    Ok(())
+}
