@@ -10,7 +10,7 @@ use banlieue_api::{Provider, ProviderClass};
 use banlieue_libvirt::{DomainState, Libvirt};
 use banlieue_tests::control::{apply, guests_dist, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
@@ -150,6 +150,18 @@ async fn a_vm_is_created_powered_restarted_and_deleted_on_libvirt() -> anyhow::R
     let restarts = events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Restarted")).count();
     assert_eq!(restarts, 1, "exactly one restart for one new restartRequestedAt");
     assert_eq!(libvirt.domain_state(&domain_name).await?, DomainState::Running);
+
+    // Every step was counted: reconciles per controller, component calls per component and outcome.
+    let metrics = cp.ctx.metrics.render();
+    for line in [
+        r#"banlieue_reconciles_total{controller="virtualmachine"}"#,
+        r#"banlieue_reconciles_total{controller="machine"}"#,
+        r#"banlieue_component_calls_total{component="libvirt",function="create",outcome="ok"} 1"#,
+        r#"banlieue_component_calls_total{component="spread",function="choose",outcome="ok"} 1"#,
+        r#"banlieue_component_call_duration_seconds_count{component="libvirt",function="set-power"}"#,
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line}:\n{metrics}");
+    }
 
     // Delete: the VM goes only after the Machine, which goes only after the domain and its disks.
     vms.delete("web", &Default::default()).await?;
@@ -316,5 +328,27 @@ async fn killing_the_host_mid_create_and_mid_delete_leaves_no_duplicate_and_no_l
     await_deleted(&vms, "crashy").await?;
     assert!(domains(&libvirt, &env.ns).await?.is_empty(), "no domain leaked");
     assert!(volumes(&libvirt, &env.ns).await?.is_empty(), "no volume leaked");
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_one_replica_holds_a_role_lease() -> anyhow::Result<()> {
+    use banlieue_controller::leader;
+    use std::time::Duration;
+    let env = TestEnv::start("leases").await?;
+    let lease = Duration::from_secs(2);
+    let mut first = leader::acquire_for(env.client.clone(), &env.ns, "banlieue-controller", "replica-a", lease).await;
+    let (client, ns) = (env.client.clone(), env.ns.clone());
+    let mut second = tokio::spawn(async move { leader::acquire_for(client, &ns, "banlieue-controller", "replica-b", lease).await });
+    // While the holder renews, the other replica waits (three lease durations here).
+    assert!(tokio::time::timeout(lease * 3, &mut second).await.is_err(), "a second replica acquired a held lease");
+    assert!(tokio::time::timeout(Duration::from_millis(10), first.lost()).await.is_err(), "the holder kept its lease");
+    // The holder goes away without releasing: the lease expires and the other replica takes over.
+    drop(first);
+    let _second = banlieue_tests::within(20, second).await??;
+    let held: k8s_openapi::api::coordination::v1::Lease = Api::namespaced(env.client.clone(), &env.ns).get("banlieue-controller").await?;
+    let spec = held.spec.unwrap_or_default();
+    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
+    assert_eq!(spec.lease_transitions, Some(1));
     Ok(())
 }

@@ -35,14 +35,19 @@ impl Drop for Leadership {
 
 /// Block until this process holds Lease `namespace/name` as `identity`.
 pub async fn acquire(client: kube::Client, namespace: &str, name: &str, identity: &str) -> Leadership {
+    acquire_for(client, namespace, name, identity, LEASE_DURATION).await
+}
+
+/// [`acquire`] with a lease of `duration` (tests use short ones).
+pub async fn acquire_for(client: kube::Client, namespace: &str, name: &str, identity: &str, duration: Duration) -> Leadership {
     let api: Api<Lease> = Api::namespaced(client, namespace);
     loop {
-        match try_acquire(&api, name, identity).await {
+        match try_acquire(&api, name, identity, duration).await {
             Ok(true) => break,
             Ok(false) => tracing::debug!(lease = name, "held by another replica; waiting"),
             Err(e) => tracing::warn!(lease = name, error = %e, "leader election"),
         }
-        tokio::time::sleep(LEASE_DURATION / 3).await;
+        tokio::time::sleep(duration / 3).await;
     }
     tracing::info!(lease = name, identity, "acquired leadership");
     let (tx, rx) = watch::channel(false);
@@ -50,13 +55,13 @@ pub async fn acquire(client: kube::Client, namespace: &str, name: &str, identity
     let renewer = tokio::spawn(async move {
         let mut last = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(LEASE_DURATION / 3).await;
-            match try_acquire(&api, &name, &identity).await {
+            tokio::time::sleep(duration / 3).await;
+            match try_acquire(&api, &name, &identity, duration).await {
                 Ok(true) => last = tokio::time::Instant::now(),
                 Ok(false) => break,
                 Err(e) => tracing::warn!(lease = %name, error = %e, "renewing lease"),
             }
-            if last.elapsed() >= LEASE_DURATION {
+            if last.elapsed() >= duration {
                 break;
             }
         }
@@ -67,14 +72,14 @@ pub async fn acquire(client: kube::Client, namespace: &str, name: &str, identity
 }
 
 /// Take or renew the lease if it is ours or has expired. `Ok(false)`: another holder.
-async fn try_acquire(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, kube::Error> {
+async fn try_acquire(api: &Api<Lease>, name: &str, identity: &str, duration: Duration) -> Result<bool, kube::Error> {
     let now = Timestamp::now();
     let Some(mut lease) = api.get_opt(name).await? else {
         let lease = Lease {
             metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
             spec: Some(LeaseSpec {
                 holder_identity: Some(identity.into()),
-                lease_duration_seconds: Some(LEASE_DURATION.as_secs() as i32),
+                lease_duration_seconds: Some(duration.as_secs() as i32),
                 acquire_time: Some(MicroTime(now)),
                 renew_time: Some(MicroTime(now)),
                 lease_transitions: Some(0),
@@ -103,7 +108,7 @@ async fn try_acquire(api: &Api<Lease>, name: &str, identity: &str) -> Result<boo
         spec.acquire_time = Some(MicroTime(now));
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
-    spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+    spec.lease_duration_seconds = Some(duration.as_secs() as i32);
     spec.renew_time = Some(MicroTime(now));
     // The resourceVersion makes this a compare-and-swap: two candidates cannot both win.
     match api.replace(name, &PostParams::default(), &lease).await {

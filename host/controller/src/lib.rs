@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use banlieue_api::provider::RequestedCapabilities;
 use banlieue_runtime::{CallError, Runtime, RuntimeConfig};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 pub use components::Components;
 pub use metrics::Metrics;
@@ -116,7 +115,6 @@ pub struct Context {
     pub libvirt: banlieue_libvirt::Connections,
     pub metrics: Arc<Metrics>,
     pub options: Options,
-    recorder: Recorder,
     backoff: Mutex<HashMap<String, u32>>,
     grants: grants::Cache,
 }
@@ -125,14 +123,12 @@ impl Context {
     pub fn new(client: kube::Client, options: Options) -> anyhow::Result<Arc<Context>> {
         let rt = Runtime::new(RuntimeConfig { cache_dir: options.cache_dir.clone(), ..Default::default() })?;
         let components = Components::new(rt, client.clone(), options.builtin_dir.clone(), options.allowed_capabilities.clone());
-        let recorder = Recorder::new(client.clone(), Reporter { controller: FIELD_MANAGER.into(), instance: Some(options.identity.clone()) });
         Ok(Arc::new(Context {
             client,
             components,
             libvirt: banlieue_libvirt::Connections::new(),
             metrics: Arc::new(Metrics::default()),
             options,
-            recorder,
             backoff: Mutex::default(),
             grants: grants::Cache::default(),
         }))
@@ -157,17 +153,32 @@ impl Context {
         }
     }
 
-    /// Record an Event on `object`. Failing to record is logged, never fatal.
+    /// Record an Event on `object` (core/v1, which `kubectl describe` shows on any
+    /// cluster and on the embedded server). Failing to record is logged, never fatal.
     pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: impl Into<String>) {
-        let note = note.into();
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
+        use k8s_openapi::api::core::v1::{Event, EventSource};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = format!("{}.{:x}", object.name.as_deref().unwrap_or("object"), now.as_nanosecond());
+        let event = Event {
+            metadata: kube::api::ObjectMeta { name: Some(name), namespace: Some(namespace.clone()), ..Default::default() },
+            involved_object: object.clone(),
+            reason: Some(reason.into()),
+            message: Some(note.into()),
+            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+            action: Some(action.into()),
+            source: Some(EventSource { component: Some(FIELD_MANAGER.into()), host: None }),
+            reporting_component: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(self.options.identity.clone()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            ..Default::default()
         };
-        if let Err(e) = self.recorder.publish(&ev, object).await {
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = api.create(&Default::default(), &event).await {
             tracing::debug!(error = %e, reason, "recording event");
         }
     }
