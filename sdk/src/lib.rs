@@ -6,6 +6,7 @@
 //! wrapped in [`http`], [`secrets`] and [`log`]; everything returns [`Error`],
 //! the contract's error variant, so `?` works across them.
 
+pub mod alloc;
 pub mod bindings;
 mod error;
 pub mod http;

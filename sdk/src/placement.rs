@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 pub use crate::bindings::placement::banlieue::placement::types::{
     AntiAffinity, Candidate, Capacity, Decision, PlacedVm, Request, SelectorOp, SelectorRequirement, VmClass,
 };
-pub use crate::selector::{AntiAffinityVerdict, anti_affinity, same_group};
+pub use crate::selector::{AntiAffinityIndex, AntiAffinityVerdict, Group, anti_affinity, same_group};
 pub use crate::{Error, Result};
 
 /// The `banlieue:placement` contract version this SDK implements.
@@ -47,6 +47,18 @@ pub fn unfit(class: &VmClass, c: &Candidate) -> Option<String> {
         .or_else(|| missing(&class.features, &c.features, "feature"))
 }
 
+/// Whether a candidate can take the VM at all: [`unfit`] is `None`, without building the reason.
+pub fn fits(class: &VmClass, c: &Candidate) -> bool {
+    let cap = &c.capacity;
+    let has_all = |want: &[String], have: &[String]| want.iter().all(|w| have.contains(w));
+    cap.cpus >= u64::from(class.cpus)
+        && cap.memory_mib >= class.memory_mib
+        && cap.storage_gib >= class.storage_gib
+        && has_all(&class.storage_classes, &c.storage_classes)
+        && has_all(&class.network_classes, &c.network_classes)
+        && has_all(&class.features, &c.features)
+}
+
 /// A candidate that passed the filters, with its anti-affinity penalty.
 #[derive(Clone, Copy, Debug)]
 pub struct Feasible<'a> {
@@ -57,17 +69,25 @@ pub struct Feasible<'a> {
 /// Drop candidates that lack capacity, classes or features, or break a required
 /// anti-affinity rule. Returns the survivors, or `unavailable` listing why each was
 /// dropped (capacity may free up, so the host retries).
+///
+/// Allocates only the list of survivors: the reasons are written only when
+/// nothing fits, and anti-affinity is evaluated through an index built once.
 pub fn feasible<'a>(req: &Request, candidates: &'a [Candidate]) -> Result<Vec<Feasible<'a>>> {
-    let mut kept = Vec::new();
-    let mut dropped = Vec::new();
+    let rules = AntiAffinityIndex::new(req, candidates);
+    let mut kept = Vec::with_capacity(candidates.len());
     for c in candidates {
-        let verdict = anti_affinity(req, c, candidates);
-        match unfit(&req.class, c).or(verdict.violated) {
-            Some(why) => dropped.push(format!("{}: {why}", name(c))),
-            None => kept.push(Feasible { candidate: c, penalty: verdict.penalty }),
+        if !fits(&req.class, c) {
+            continue;
+        }
+        if let Some(penalty) = rules.penalty(c) {
+            kept.push(Feasible { candidate: c, penalty });
         }
     }
     if kept.is_empty() {
+        let dropped: Vec<String> = candidates
+            .iter()
+            .filter_map(|c| Some(format!("{}: {}", name(c), unfit(&req.class, c).or(rules.verdict(c).violated)?)))
+            .collect();
         return Err(Error::Unavailable(if dropped.is_empty() {
             "no candidate failure domains".to_string()
         } else {
@@ -121,7 +141,12 @@ macro_rules! export_placement {
                     request: wit::Request,
                     candidates: ::std::vec::Vec<wit::Candidate>,
                 ) -> ::core::result::Result<wit::Decision, wit::Error> {
-                    <$policy as $crate::placement::Policy>::choose(&request, &candidates)
+                    let decision = <$policy as $crate::placement::Policy>::choose(&request, &candidates);
+                    // Each call runs in a fresh instance that the host drops
+                    // afterwards: freeing every string and list of the
+                    // arguments one by one would be wasted work.
+                    ::core::mem::forget((request, candidates));
+                    decision
                 }
             }
             $crate::bindings::placement::export_placement_world!(Exported with_types_in $crate::bindings::placement);

@@ -25,13 +25,14 @@ pub struct Spread;
 impl Policy for Spread {
     fn choose(req: &Request, candidates: &[Candidate]) -> Result<Decision> {
         let params: Params = placement::parameters(req)?;
+        let group = InGroup::new(req, &params);
         let feasible = placement::feasible(req, candidates)?;
         let total = candidates.len();
         let fit = feasible.len();
         let best = feasible
             .into_iter()
             .map(|f| {
-                let group = f.candidate.vms.iter().filter(|vm| in_group(req, &params, vm)).count() as u64;
+                let group = f.candidate.vms.iter().filter(|vm| group.contains(vm)).count() as u64;
                 (group + f.penalty, group, f)
             })
             .min_by(|(a, _, fa), (b, _, fb)| {
@@ -50,13 +51,32 @@ impl Policy for Spread {
     }
 }
 
-fn in_group(req: &Request, params: &Params, vm: &PlacedVm) -> bool {
-    match &params.spread_by {
-        Some(keys) => {
-            vm.namespace == req.vm_namespace
-                && keys.iter().all(|k| lookup(&vm.labels, k) == lookup(&req.vm_labels, k))
+/// The VM's group, worked out once per call rather than for every placed VM.
+enum InGroup<'a> {
+    /// `spreadBy`: same namespace and the same value (or absence) of each key.
+    Keys { namespace: &'a str, values: Vec<(&'a str, Option<&'a str>)> },
+    /// The SDK's default: same pool, else all of the VM's labels.
+    Default(placement::Group<'a>),
+}
+
+impl<'a> InGroup<'a> {
+    fn new(req: &'a Request, params: &'a Params) -> InGroup<'a> {
+        match &params.spread_by {
+            Some(keys) => InGroup::Keys {
+                namespace: &req.vm_namespace,
+                values: keys.iter().map(|k| (k.as_str(), lookup(&req.vm_labels, k))).collect(),
+            },
+            None => InGroup::Default(placement::Group::of(req)),
         }
-        None => placement::same_group(req, vm),
+    }
+
+    fn contains(&self, vm: &PlacedVm) -> bool {
+        match self {
+            InGroup::Keys { namespace, values } => {
+                vm.namespace == *namespace && values.iter().all(|(k, v)| lookup(&vm.labels, k) == *v)
+            }
+            InGroup::Default(g) => g.contains(vm),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! overhead of a Wasm provider call over native code on an I/O-bound call.
 //!
 //! Run: `guests/build.sh && cargo bench -p banlieue-runtime --bench runtime`
+//! (`BENCH_ONLY=instance,load,choose,io` for some sections only).
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn guest(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/../../guests/dist/{name}.wasm", env!("CARGO_MANIFEST_DIR"))).expect("run guests/build.sh first")
+}
+
+/// `BENCH_ONLY=instance,load,choose,io` runs only those sections (all by default).
+fn want(section: &str) -> bool {
+    std::env::var("BENCH_ONLY").map(|v| v.split(',').any(|s| s == section)).unwrap_or(true)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -119,48 +125,83 @@ async fn main() {
     let spread = rt.placement(&spread_bytes).unwrap();
 
     // 1. Fresh instance + trivial call.
-    let mut v = Vec::new();
-    for _ in 0..3000 {
-        let t = Instant::now();
-        spread.contract_version().await.unwrap();
-        v.push(t.elapsed());
+    if want("instance") {
+        let mut v = Vec::new();
+        for _ in 0..3000 {
+            let t = Instant::now();
+            spread.contract_version().await.unwrap();
+            v.push(t.elapsed());
+        }
+        println!("fresh instance + trivial call:          {:>10.1?} median", median(v));
     }
-    println!("fresh instance + trivial call:          {:>10.1?} median", median(v));
 
-    // 2. Load from the precompiled cache (MAC check, deserialize, link, pre-instantiate).
-    let mut v = Vec::new();
-    for _ in 0..50 {
-        let rt2 = Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
-        let t = Instant::now();
-        rt2.placement(&spread_bytes).unwrap();
-        v.push(t.elapsed());
+    // 2. Load from the precompiled cache (MAC check, deserialize, link, pre-instantiate),
+    //    and by compiling.
+    if want("load") {
+        let mut v = Vec::new();
+        for _ in 0..50 {
+            let rt2 = Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() }).unwrap();
+            let t = Instant::now();
+            rt2.placement(&spread_bytes).unwrap();
+            v.push(t.elapsed());
+        }
+        println!("load from precompiled cache:            {:>10.1?} median", median(v));
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let rt3 = Runtime::new(RuntimeConfig::default()).unwrap();
+            let t = Instant::now();
+            rt3.placement(&spread_bytes).unwrap();
+            v.push(t.elapsed());
+        }
+        println!("load by compiling (no cache):           {:>10.1?} median", median(v));
     }
-    println!("load from precompiled cache:            {:>10.1?} median", median(v));
-    let mut v = Vec::new();
-    for _ in 0..5 {
-        let rt3 = Runtime::new(RuntimeConfig::default()).unwrap();
-        let t = Instant::now();
-        rt3.placement(&spread_bytes).unwrap();
-        v.push(t.elapsed());
-    }
-    println!("load by compiling (no cache):           {:>10.1?} median", median(v));
 
-    // 3. choose over 10,000 candidates, data preparation included, Wasm vs native.
-    let (mut wasm, mut native) = (Vec::new(), Vec::new());
-    for _ in 0..15 {
-        let t = Instant::now();
-        let cands = host_candidates(10_000);
-        let d = spread.choose(&host_request(), &cands, Limits::default(), Grants::default()).await.unwrap();
-        wasm.push(t.elapsed());
-        let t = Instant::now();
-        let (req, cands) = native_inputs(10_000);
-        let n = placement_spread::Spread::choose(&req, &cands).unwrap();
-        native.push(t.elapsed());
-        assert_eq!((d.provider, d.failure_domain), (n.provider, n.failure_domain), "same decision");
+    // 3. choose over 10,000 candidates, data preparation included, Wasm vs native;
+    //    and where the time goes.
+    if want("choose") {
+        let (mut wasm, mut native) = (Vec::new(), Vec::new());
+        let (mut prep, mut call, mut ignored, mut nprep, mut ncall) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..15 {
+            let t = Instant::now();
+            let cands = host_candidates(10_000);
+            let req = host_request();
+            let prepared = t.elapsed();
+            let d = spread.choose(&req, &cands, Limits::default(), Grants::default()).await.unwrap();
+            let total = t.elapsed();
+            prep.push(prepared);
+            call.push(total - prepared);
+            wasm.push(total);
+
+            let t = Instant::now();
+            let (nreq, ncands) = native_inputs(10_000);
+            let prepared = t.elapsed();
+            let n = placement_spread::Spread::choose(&nreq, &ncands).unwrap();
+            let total = t.elapsed();
+            nprep.push(prepared);
+            ncall.push(total - prepared);
+            native.push(total);
+            assert_eq!((d.provider, d.failure_domain), (n.provider, n.failure_domain), "same decision");
+
+            // Invalid parameters: the policy fails before it looks at a candidate, so
+            // this is the cost of the call itself: a fresh instance and moving the
+            // 10,000 candidates into guest memory.
+            let bad = Request { parameters: "{not json".into(), ..req };
+            let t = Instant::now();
+            spread.choose(&bad, &cands, Limits::default(), Grants::default()).await.unwrap_err();
+            ignored.push(t.elapsed());
+        }
+        let (w, n) = (median(wasm), median(native));
+        println!("choose over 10,000 candidates, Wasm:    {:>10.2?} median", w);
+        println!("choose over 10,000 candidates, native:  {:>10.2?} median  (Wasm/native = {:.2}x)", n, w.as_secs_f64() / n.as_secs_f64());
+        println!("  Wasm: host builds the candidates      {:>10.2?} median", median(prep));
+        println!("  Wasm: the choose call                 {:>10.2?} median", median(call));
+        println!("  Wasm: a call that ignores its input   {:>10.2?} median", median(ignored));
+        println!("  native: build the candidates          {:>10.2?} median", median(nprep));
+        println!("  native: the policy                    {:>10.2?} median", median(ncall));
     }
-    let (w, n) = (median(wasm), median(native));
-    println!("choose over 10,000 candidates, Wasm:    {:>10.2?} median", w);
-    println!("choose over 10,000 candidates, native:  {:>10.2?} median  (Wasm/native = {:.2}x)", n, w.as_secs_f64() / n.as_secs_f64());
+    if !want("io") {
+        return;
+    }
 
     // 4. A provider call that is one HTTP round trip to a loopback backend:
     //    the Wasm driver vs the same request made by native code through the same grant.

@@ -1,19 +1,27 @@
 //! The precompiled-component cache.
 //!
 //! Deserializing precompiled code is `unsafe`: wasmtime trusts it completely. So
-//! the cache only loads bytes this host wrote itself: every entry carries an
-//! HMAC-SHA256 under a key that never leaves the cache directory (mode 0600),
-//! and entries are keyed by (component sha256, wasmtime version, engine-config hash).
+//! the cache only loads bytes this host wrote itself: every entry ends with a
+//! MAC (keyed BLAKE3) under a key that never leaves the cache directory (mode
+//! 0600), and entries are keyed by (component sha256, wasmtime version,
+//! engine-config hash). The entry is read once into memory, checked there, and
+//! only those checked bytes are deserialized, so a file swapped after the check
+//! is never loaded.
+//!
+//! Keyed BLAKE3 rather than HMAC-SHA256: the MAC covers the whole serialized
+//! component (~0.5 MB for a policy) on every load, and BLAKE3 does that several
+//! times faster; both are PRFs under a secret 256-bit key.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+
+/// Bytes of the MAC at the end of an entry.
+const TAG_LEN: usize = blake3::OUT_LEN;
 
 pub struct Cache {
     dir: PathBuf,
-    key: Vec<u8>,
+    key: [u8; 32],
 }
 
 impl Cache {
@@ -25,59 +33,94 @@ impl Cache {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
         let key_path = dir.join("cache.key");
-        let key = match std::fs::read(&key_path) {
-            Ok(k) if k.len() == 32 => k,
-            _ => {
+        let key = match std::fs::read(&key_path).ok().and_then(|k| <[u8; 32]>::try_from(k).ok()) {
+            Some(k) => k,
+            None => {
                 let k: [u8; 32] = rand::random();
-                write_private(&key_path, &k)?;
-                k.to_vec()
+                write_private(&key_path, &[&k])?;
+                k
             }
         };
         Ok(Cache { dir, key })
     }
 
     fn entry(&self, digest: &str, config_hash: &str) -> PathBuf {
-        self.dir.join(format!("{digest}-wasmtime{}-{config_hash}.cwasm", crate::engine::wasmtime_version()))
+        // `-b3`: entries of the earlier HMAC format are simply not looked at.
+        self.dir.join(format!("{digest}-wasmtime{}-{config_hash}-b3.cwasm", crate::engine::wasmtime_version()))
     }
 
-    fn mac(&self, bytes: &[u8]) -> Vec<u8> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");
-        m.update(bytes);
-        m.finalize().into_bytes().to_vec()
+    fn mac(&self, bytes: &[u8]) -> blake3::Hash {
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(bytes);
+        h.finalize()
     }
 
     /// Precompiled bytes for this component and engine, if this host wrote them.
     pub fn get(&self, digest: &str, config_hash: &str) -> Option<Vec<u8>> {
         let path = self.entry(digest, config_hash);
-        let bytes = std::fs::read(&path).ok()?;
-        let tag = std::fs::read(path.with_extension("mac")).ok()?;
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");
-        m.update(&bytes);
-        match m.verify_slice(&tag) {
-            Ok(()) => Some(bytes),
-            Err(_) => {
-                tracing::warn!(path = %path.display(), "ignoring a precompiled component this host did not write");
-                None
-            }
+        let mut bytes = std::fs::read(&path).ok()?;
+        let len = bytes.len().checked_sub(TAG_LEN)?;
+        let tag = <[u8; TAG_LEN]>::try_from(&bytes[len..]).ok()?;
+        // `Hash` compares in constant time.
+        if self.mac(&bytes[..len]) != blake3::Hash::from_bytes(tag) {
+            tracing::warn!(path = %path.display(), "ignoring a precompiled component this host did not write");
+            return None;
         }
+        bytes.truncate(len);
+        Some(bytes)
     }
 
     pub fn put(&self, digest: &str, config_hash: &str, bytes: &[u8]) -> anyhow::Result<()> {
         let path = self.entry(digest, config_hash);
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        write_private(&tmp, bytes)?;
-        write_private(&path.with_extension("mac"), &self.mac(bytes))?;
+        write_private(&tmp, &[bytes, self.mac(bytes).as_bytes()])?;
         std::fs::rename(&tmp, &path)?;
         Ok(())
     }
 }
 
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+fn write_private(path: &std::path::Path, parts: &[&[u8]]) -> anyhow::Result<()> {
     use std::io::Write;
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o.open(path)?.write_all(bytes)?;
+    let mut f = o.open(path)?;
+    for p in parts {
+        f.write_all(p)?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_any_change_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path().to_path_buf()).unwrap();
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        cache.put("d", "c", &bytes).unwrap();
+        assert_eq!(cache.get("d", "c").as_deref(), Some(&bytes[..]));
+        assert_eq!(cache.get("d", "other"), None);
+
+        let path = cache.entry("d", "c");
+        let good = std::fs::read(&path).unwrap();
+        for at in [0, good.len() / 2, good.len() - TAG_LEN - 1, good.len() - TAG_LEN, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 1;
+            std::fs::write(&path, &bad).unwrap();
+            assert_eq!(cache.get("d", "c"), None, "flipped byte {at}");
+        }
+        std::fs::write(&path, &good[good.len() - TAG_LEN + 1..]).unwrap();
+        assert_eq!(cache.get("d", "c"), None, "truncated");
+
+        // Another host's key: its entries are not this host's.
+        std::fs::write(&path, &good).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let other = Cache { dir: dir.path().to_path_buf(), key: Cache::open(other.path().to_path_buf()).unwrap().key };
+        assert_eq!(other.get("d", "c"), None);
+        assert_eq!(cache.get("d", "c").as_deref(), Some(&bytes[..]));
+    }
 }

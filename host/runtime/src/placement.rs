@@ -51,7 +51,7 @@ impl Runtime {
 impl PlacementPolicy {
     /// Choose a candidate, in a fresh instance with `limits`.
     pub async fn choose(&self, request: &Request, candidates: &[Candidate], limits: Limits, grants: Grants) -> Result<Decision, CallError> {
-        let mut store = new_store(&self.rt, limits, grants);
+        let mut store = new_store(&self.rt, Contract::Placement, limits, grants);
         let instance = match self.pre.instantiate_async(&mut store).await {
             Ok(i) => i,
             Err(e) => return Err(classify_instantiate(&store, e)),
@@ -65,7 +65,7 @@ impl PlacementPolicy {
 
     /// The contract version the component reports about itself.
     pub async fn contract_version(&self) -> Result<String, CallError> {
-        let mut store = new_store(&self.rt, Limits::default(), Grants::default());
+        let mut store = new_store(&self.rt, Contract::Placement, Limits::default(), Grants::default());
         let instance = self.pre.instantiate_async(&mut store).await.map_err(|e| classify_instantiate(&store, e))?;
         instance.banlieue_placement_policy().call_contract_version(&mut store).await.map_err(|e| classify(&store, e))
     }

@@ -50,7 +50,7 @@ impl Runtime {
 /// Run one export call in a fresh instance and map every failure.
 macro_rules! call {
     ($self:ident, $limits:ident, $grants:ident, |$d:ident, $store:ident| $body:expr) => {{
-        let mut $store = new_store(&$self.rt, $limits, $grants);
+        let mut $store = new_store(&$self.rt, Contract::Provider, $limits, $grants);
         let instance = match $self.pre.instantiate_async(&mut $store).await {
             Ok(i) => i,
             Err(e) => return Err(classify_instantiate(&$store, e)),

@@ -7,6 +7,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::capability::Grants;
+use crate::component::Contract;
 use crate::error::CallError;
 use crate::limits::{Limits, Meter};
 use crate::Runtime;
@@ -35,19 +36,30 @@ impl HostState {
     }
 }
 
-/// A store for one call, with limits and accounting wired in.
-pub(crate) fn new_store(rt: &Runtime, limits: Limits, grants: Grants) -> Store<HostState> {
+/// A store for one call of a `contract` component, with limits and accounting wired in.
+pub(crate) fn new_store(rt: &Runtime, contract: Contract, limits: Limits, grants: Grants) -> Store<HostState> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     // No arguments, environment, preopened directories or network: the WASI
     // interfaces std needs are linked, and this context gives them nothing.
     let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
-    let state = HostState { wasi, table: ResourceTable::new(), meter: Meter::new(limits), stderr, grants, log_bucket: Default::default() };
+    let meter = match contract {
+        // A provider waits on its backend through host functions: a call hook
+        // stops the clock while it does (see `limits`).
+        Contract::Provider => Meter::new(limits),
+        // A placement policy can only log, which never waits: the whole call is
+        // its time, and no hook has to run on each of the thousands of entries
+        // into the guest that copying its arguments in takes.
+        Contract::Placement => Meter::running(limits),
+    };
+    let state = HostState { wasi, table: ResourceTable::new(), meter, stderr, grants, log_bucket: Default::default() };
     let mut store = Store::new(&rt.engine, state);
     store.limiter(|s| &mut s.meter);
-    store.call_hook(|mut ctx, hook| {
-        ctx.data_mut().meter.on_hook(hook);
-        Ok(())
-    });
+    if contract == Contract::Provider {
+        store.call_hook(|mut ctx, hook| {
+            ctx.data_mut().meter.on_hook(hook);
+            Ok(())
+        });
+    }
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut ctx| ctx.data_mut().meter.on_tick());
     store
