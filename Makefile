@@ -4,8 +4,10 @@
 deps:
 	scripts/install-deps.sh
 
-## Install what is needed, then run banlieue dev (embedded API server + CRDs + roles).
+## Install what is needed, build the built-in components, then run banlieue dev
+## (embedded API server + CRDs + every role + the libvirt class on test:///default).
 dev: deps
+	guests/build.sh
 	cargo run -p banlieue -- dev
 
 ## Install what is needed, then run every test.
@@ -19,6 +21,8 @@ crds:
 ## Benchmarks (figures go in BENCHMARKS.md).
 bench:
 	cargo bench -p banlieue-apiserver --bench apiserver
+	guests/build.sh && cargo bench -p banlieue-runtime --bench runtime
+	cargo bench -p banlieue-tests --bench control_loop
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
 FUZZ_SECONDS ?= 60

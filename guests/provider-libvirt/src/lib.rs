@@ -58,9 +58,13 @@ pub mod xml;
 
 pub struct Libvirt;
 
-/// The domain named `name`, if any.
+/// The domain named `name`, if any (a lookup: hosts with thousands of domains stay fast).
 fn find(name: &str) -> Result<Option<DomainInfo>> {
-    Ok(libvirt::domain_list()?.into_iter().find(|d| d.name == name))
+    match libvirt::domain_get(name) {
+        Ok(d) => Ok(Some(d)),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The machine's domain, or `not-found` (also when the name is taken by another machine's domain).
@@ -133,8 +137,7 @@ impl Driver for Libvirt {
         naming::check_machine(&machine.namespace, &machine.name)?;
         naming::check_uuid(&machine.uid)?;
         let name = naming::domain_name(&machine.namespace, &machine.name);
-        let domains = libvirt::domain_list()?;
-        if let Some(existing) = domains.iter().find(|d| d.name == name) {
+        if let Some(existing) = find(&name)? {
             if !naming::same_uuid(&existing.uuid, &machine.uid) {
                 return Err(Error::InvalidSpec(format!(
                     "libvirt domain {name} exists and belongs to another machine (uuid {}, not {})",
@@ -144,37 +147,28 @@ impl Driver for Libvirt {
             ensure_power(&name, existing.state, machine.power_state)?;
             return describe_domain(&name);
         }
-        if let Some(other) = domains.iter().find(|d| naming::same_uuid(&d.uuid, &machine.uid)) {
-            return Err(Error::InvalidSpec(format!(
-                "machine uid {} is already the UUID of libvirt domain {}",
-                machine.uid, other.name
-            )));
-        }
+        // (A UID already used by a domain of another name is refused by libvirt's define.)
 
         let pools = libvirt::pool_list()?;
         let networks = libvirt::network_list()?;
         let backing = spec::validate(machine, &pools, &networks)?;
         // Built before anything is created: a spec the XML cannot carry creates nothing.
         let domain_xml = xml::domain(spec::virt_type(config), machine)?;
-        let mut volumes_by_pool: Vec<(&str, Vec<String>)> = Vec::new();
         for (i, disk) in machine.disks.iter().enumerate() {
             let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
-            let known = match volumes_by_pool.iter().position(|(pool, _)| *pool == disk.target) {
-                Some(at) => at,
-                None => {
-                    let names = libvirt::volume_list(&disk.target)?.into_iter().map(|v| v.name).collect();
-                    volumes_by_pool.push((&disk.target, names));
-                    volumes_by_pool.len() - 1
-                }
-            };
-            if volumes_by_pool[known].1.contains(&volume) {
-                info!("reusing volume {volume} in pool {}", disk.target);
-                continue;
-            }
             let backing = if i == 0 { Some(backing) } else { None };
-            libvirt::volume_create(&disk.target, &xml::volume(&volume, disk.size_gib, backing)?)
-                .map_err(|e| e.context(format!("creating volume {volume} in pool {}", disk.target)))?;
-            info!("created volume {volume} ({} GiB) in pool {}", disk.size_gib, disk.target);
+            match libvirt::volume_create(&disk.target, &xml::volume(&volume, disk.size_gib, backing)?) {
+                Ok(_) => info!("created volume {volume} ({} GiB) in pool {}", disk.size_gib, disk.target),
+                // Left by an earlier attempt that did not get as far as the domain: reuse it.
+                // (Listing only on failure keeps the usual path independent of the pool's size.)
+                Err(e) => {
+                    let exists = libvirt::volume_list(&disk.target)?.iter().any(|v| v.name == volume);
+                    if !exists {
+                        return Err(e.context(format!("creating volume {volume} in pool {}", disk.target)));
+                    }
+                    info!("reusing volume {volume} in pool {}", disk.target);
+                }
+            }
         }
         let defined =
             libvirt::domain_define(&domain_xml).map_err(|e| e.context(format!("defining libvirt domain {name}")))?;

@@ -157,11 +157,13 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error
             if !was_ready && conditions::is_true(&st.conditions, READY) {
                 ctx.event(&m.object_ref(&kind.resource), false, "Ready", "Reconcile", format!("{} is {:?}", observed.provider_id, st.power_state.unwrap_or_default())).await;
             }
+            // Status first: an event from the providerID patch must not show an unprovisioned machine.
+            write_status(&api, m, st.clone()).await?;
             if spec.provider_id.as_deref() != Some(observed.provider_id.as_str()) && !observed.provider_id.is_empty() {
                 let patch = serde_json::json!({ "spec": { "providerID": observed.provider_id } });
                 api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
             }
-            Action::requeue(RESYNC)
+            return Ok(Action::requeue(RESYNC));
         }
         Err((reason, message, retryable)) => {
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason || c.status != "False");

@@ -39,6 +39,32 @@ pub const VM_LABEL: &str = "banlieue.io/vm";
 struct State {
     ctx: Arc<Context>,
     vms: Store<VirtualMachine>,
+    /// What a reconcile reads, kept by watches (the same ones that trigger reconciles).
+    classes: Store<VMClass>,
+    images: Store<VMImage>,
+    providers: Store<Provider>,
+    provider_classes: Store<ProviderClass>,
+}
+
+impl State {
+    async fn ready(&self) -> Result<(), Error> {
+        let not_ready = |_| Error::Other("a cache's watch stopped".into());
+        self.classes.wait_until_ready().await.map_err(not_ready)?;
+        self.images.wait_until_ready().await.map_err(not_ready)?;
+        self.providers.wait_until_ready().await.map_err(not_ready)?;
+        self.provider_classes.wait_until_ready().await.map_err(not_ready)?;
+        Ok(())
+    }
+}
+
+/// A watch that keeps a cache of `api`'s objects and yields each change.
+fn cached<K>(api: Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default())).default_backoff().touched_objects();
+    (reader, stream)
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
@@ -48,27 +74,33 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
     let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
-        move |name: String, ns: Option<String>| {
+        move |name: String, ns: Option<String>| -> Vec<ObjectRef<VirtualMachine>> {
             store
                 .state()
                 .into_iter()
                 .filter(|vm| f(vm, &name, ns.as_deref()))
                 .map(|vm| ObjectRef::from_obj(&*vm))
-                .collect::<Vec<_>>()
+                .collect()
         }
     };
-    let classes = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
-    let images = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
-    let providers = by(|vm, _, ns| vm.namespace().as_deref() == ns, store.clone());
-    let secrets = by(|vm, n, ns| vm.namespace().as_deref() == ns && vm.spec.user_data.as_ref().is_some_and(|u| u.name == n), store.clone());
+    let by_class = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
+    let by_image = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
+    let in_namespace = by(|vm, _, ns| vm.namespace().as_deref() == ns, store.clone());
+    let by_secret = by(|vm, n, ns| vm.namespace().as_deref() == ns && vm.spec.user_data.as_ref().is_some_and(|u| u.name == n), store.clone());
     let unscheduled = by(|vm, _, _| !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED)), store.clone());
-    let state = Arc::new(State { ctx: ctx.clone(), vms: store });
+    let unscheduled_too = unscheduled.clone();
+    let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()));
+    let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()));
+    let (providers, provider_changes) = cached(ctx.watched::<Provider>());
+    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
+    let state = Arc::new(State { ctx: ctx.clone(), vms: store, classes, images, providers, provider_classes });
     controller
         .reconcile_on(rx)
-        .watches(Api::<VMClass>::all(client.clone()), watcher::Config::default(), move |o| classes(o.name_any(), None))
-        .watches(Api::<VMImage>::all(client.clone()), watcher::Config::default(), move |o| images(o.name_any(), None))
-        .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |o| providers(o.name_any(), o.namespace()))
-        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |o| secrets(o.name_any(), o.namespace()))
+        .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
+        .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
+        .watches_stream(provider_changes, move |o| in_namespace(o.name_any(), o.namespace()))
+        .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
+        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |o| by_secret(o.name_any(), o.namespace()))
         .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -107,6 +139,7 @@ fn error_policy(vm: Arc<VirtualMachine>, err: &Error, state: Arc<State>) -> Acti
 }
 
 async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action, Error> {
+    state.ready().await?;
     let start = Instant::now();
     let result = Reconcile::new(&vm, &state).run().await;
     state.ctx.metrics.reconciled("virtualmachine", start.elapsed(), result.as_ref().err().map(|_| "Error"));
@@ -195,15 +228,15 @@ impl<'a> Reconcile<'a> {
     async fn apply(&mut self) -> Result<Action, Blocked> {
         let client = &self.ctx.client;
         let spec = &self.vm.spec;
-        let class = Api::<VMClass>::all(client.clone())
-            .get_opt(&spec.class_ref.name)
-            .await
-            .map_err(api_error)?
+        let class = self
+            .state
+            .classes
+            .get(&ObjectRef::new(&spec.class_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, "ClassNotFound", format!("VMClass {:?} not found", spec.class_ref.name)))?;
-        let image = Api::<VMImage>::all(client.clone())
-            .get_opt(&spec.image_ref.name)
-            .await
-            .map_err(api_error)?
+        let image = self
+            .state
+            .images
+            .get(&ObjectRef::new(&spec.image_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, "ImageNotFound", format!("VMImage {:?} not found", spec.image_ref.name)))?;
         if let Some(u) = &spec.user_data {
             let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
@@ -216,14 +249,9 @@ impl<'a> Reconcile<'a> {
                 return Err(blocked(SCHEDULED, "UserDataNotFound", format!("Secret {:?} has no key {:?}", u.name, u.key)));
             }
         }
-        let providers: Vec<Arc<Provider>> = Api::<Provider>::namespaced(client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .map_err(api_error)?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let mut providers: Vec<Arc<Provider>> =
+            self.state.providers.state().into_iter().filter(|p| p.namespace().as_deref() == Some(self.ns.as_str())).collect();
+        providers.sort_by_key(|p| p.name_any());
         let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
         let vms = self.state.vms.state();
 
@@ -232,10 +260,10 @@ impl<'a> Reconcile<'a> {
             .iter()
             .find(|p| p.name_any() == scheduled.provider)
             .ok_or_else(|| blocked(SCHEDULED, "ProviderNotFound", format!("Provider {:?} not found", scheduled.provider)))?;
-        let provider_class = Api::<ProviderClass>::all(client.clone())
-            .get_opt(&scheduled.provider_class)
-            .await
-            .map_err(api_error)?
+        let provider_class = self
+            .state
+            .provider_classes
+            .get(&ObjectRef::new(&scheduled.provider_class))
             .ok_or_else(|| blocked(INFRASTRUCTURE_READY, "ProviderClassNotFound", format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
         let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
         let target = InfrastructureRef {

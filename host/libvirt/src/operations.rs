@@ -56,6 +56,11 @@ impl Libvirt {
         .await
     }
 
+    /// One domain by name (a lookup, not a listing).
+    pub async fn domain_get(&self, name: &str) -> Result<DomainInfo> {
+        self.with_domain("domain-get", name, domain_info).await
+    }
+
     /// The domain's current state.
     pub async fn domain_state(&self, name: &str) -> Result<DomainState> {
         self.with_domain("domain-get-state", name, |d| {

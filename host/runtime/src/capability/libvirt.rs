@@ -77,6 +77,9 @@ impl wit::Host for HostState {
     async fn domain_undefine(&mut self, name: String) -> Result<(), WitError> {
         self.libvirt()?.domain_undefine(&name).await.map_err(err)
     }
+    async fn domain_get(&mut self, name: String) -> Result<wit::DomainInfo, WitError> {
+        self.libvirt()?.domain_get(&name).await.map(domain).map_err(err)
+    }
     async fn domain_get_state(&mut self, name: String) -> Result<wit::DomainState, WitError> {
         self.libvirt()?.domain_state(&name).await.map(state).map_err(err)
     }

@@ -1,0 +1,214 @@
+//! The control loop at scale: time from applying 1,000 VirtualMachines to all of
+//! them Ready (embedded API server, libvirt test driver, the real placement and
+//! provider components), and the controller process's RSS with 10,000 VMs tracked.
+//!
+//! The API server runs in a child process (this binary again, see `serve_api`), so
+//! the RSS figures are the control plane's alone.
+//!
+//! `cargo bench -p banlieue-tests --bench control_loop` (BENCH_VMS=1000, BENCH_TRACKED=10000)
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use banlieue_api::VirtualMachine;
+use banlieue_controller::{Context, Options, Roles};
+use banlieue_tests::control::{apply, guests_dist};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::{watcher, WatchStreamExt};
+use serde_json::json;
+
+const NS: &str = "default";
+
+fn main() -> anyhow::Result<()> {
+    if let Ok(dir) = std::env::var("BANLIEUE_BENCH_API_DIR") {
+        return serve_api(Path::new(&dir));
+    }
+    let vms: usize = std::env::var("BENCH_VMS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let tracked: usize = std::env::var("BENCH_TRACKED").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(vms, tracked))
+}
+
+/// Child mode: the embedded API server until stdin closes (the parent ended).
+fn serve_api(dir: &Path) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config::default()).await?;
+        server.write_kubeconfig(&dir.join("kubeconfig"))?;
+        std::fs::write(dir.join("ready"), b"")?;
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await?;
+        server.shutdown().await;
+        Ok(())
+    })
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn node_xml(dir: &Path) -> anyhow::Result<String> {
+    let path = dir.join("bench-host.xml");
+    std::fs::write(
+        &path,
+        r#"<node>
+  <cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><sockets>1</sockets><cores>64</cores><threads>1</threads><nodes>1</nodes></cpu>
+  <memory>1073741824</memory>
+  <network><name>default</name><uuid>dd8fe884-6c02-601e-7551-cca97df1c5df</uuid><bridge name='virbr0'/><forward/>
+    <ip address='192.168.123.1' netmask='255.255.255.0'/></network>
+  <pool type='dir'><name>default-pool</name><uuid>dfe224cb-28fb-8dd0-c4b2-64eb3f0f4566</uuid>
+    <capacity unit='TiB'>1000</capacity><allocation>0</allocation><available unit='TiB'>1000</available>
+    <target><path>/default-pool</path></target></pool>
+</node>"#,
+    )?;
+    Ok(format!("test://{}", path.display()))
+}
+
+fn vm(name: &str, class: &str) -> serde_json::Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": NS},
+           "spec": {"classRef": {"name": class}, "imageRef": {"name": "debian"}}})
+}
+
+/// Apply `names` with up to 32 requests in flight.
+async fn apply_all(client: &kube::Client, names: Vec<String>, class: &str) -> anyhow::Result<()> {
+    futures::stream::iter(names.into_iter().map(|n| {
+        let client = client.clone();
+        let class = class.to_string();
+        async move { apply(&client, vm(&n, &class)).await }
+    }))
+    .buffer_unordered(32)
+    .try_collect::<Vec<_>>()
+    .await?;
+    Ok(())
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    vm.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Watch VMs until every name in `want` has been seen Ready.
+async fn await_ready(client: &kube::Client, mut want: HashSet<String>, limit: Duration) -> anyhow::Result<()> {
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), NS);
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+    tokio::time::timeout(limit, async {
+        while !want.is_empty() {
+            let Some(vm) = events.try_next().await? else { anyhow::bail!("watch ended") };
+            if is_ready(&vm) {
+                want.remove(vm.metadata.name.as_deref().unwrap_or_default());
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("{} VMs still not Ready after {limit:?}", want.len()))?
+}
+
+async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut server = std::process::Command::new(std::env::current_exe()?)
+        .env("BANLIEUE_BENCH_API_DIR", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()?;
+    let started = Instant::now();
+    while !dir.path().join("ready").exists() {
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "API server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = banlieue_tests::client_for(&dir.path().join("kubeconfig")).await?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    for crd in banlieue_api::crdgen::all_crds() {
+        crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd)).await?;
+    }
+    let uri = node_xml(dir.path())?;
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        // Tracked but never placeable: no Provider offers its storage class.
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "unplaceable"},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "absent"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host", "namespace": NS},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+    ] {
+        apply(&client, object).await?;
+    }
+    let rss_before = rss_mib();
+    let options = Options {
+        builtin_dir: guests_dist(),
+        cache_dir: Some(dir.path().join("cache")),
+        leader_election: false,
+        concurrency: std::env::var("BENCH_CONCURRENCY").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
+        ..Options::default()
+    };
+    let ctx = Context::new(client.clone(), options)?;
+    let roles = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
+
+    // Warm up: components loaded and compiled, the Provider probed, one VM through.
+    apply(&client, vm("warmup", "small")).await?;
+    await_ready(&client, HashSet::from(["warmup".to_string()]), Duration::from_secs(60)).await?;
+    let rss_idle = rss_mib();
+
+    let names: Vec<String> = (0..vms).map(|i| format!("vm-{i:05}")).collect();
+    let start = Instant::now();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        let want = names.iter().cloned().collect();
+        async move { await_ready(&client, want, Duration::from_secs(600)).await }
+    });
+    apply_all(&client, names, "small").await?;
+    let applied = start.elapsed();
+    waiting.await??;
+    let all_ready = start.elapsed();
+    println!("{vms} VMs: applied in {:.2}s, all Ready after {:.2}s ({:.0} VMs/s)", applied.as_secs_f64(), all_ready.as_secs_f64(), vms as f64 / all_ready.as_secs_f64());
+    let rss_after_ready = rss_mib();
+    if std::env::var_os("BENCH_METRICS").is_some() {
+        for line in ctx.metrics.render().lines().filter(|l| (l.contains("_total") || l.contains("_sum")) && !l.starts_with('#')) {
+            println!("  {line}");
+        }
+    }
+
+    // Track more, up to `tracked`: VMs that stay unscheduled (reconciled, conditions written, kept in the cache).
+    let extra: Vec<String> = (vms..tracked.max(vms)).map(|i| format!("vm-{i:05}")).collect();
+    let extra_count = extra.len();
+    let start = Instant::now();
+    apply_all(&client, extra, "unplaceable").await?;
+    // Wait until the controller has reported on every one of them.
+    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), NS);
+    loop {
+        let list = api.list(&Default::default()).await?;
+        let reported = list.items.iter().filter(|v| v.status.as_ref().is_some_and(|s| !s.conditions.is_empty())).count();
+        if reported >= vms + 1 + extra_count {
+            break;
+        }
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(900), "only {reported} VMs reported");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("{} more VMs (unplaceable) reported on in {:.1}s", extra_count, start.elapsed().as_secs_f64());
+    println!(
+        "controller RSS: {rss_before:.0} MiB before the roles, {rss_idle:.0} MiB idle after warm-up, {rss_after_ready:.0} MiB with {} VMs Ready, {:.0} MiB with {} VMs tracked",
+        vms + 1,
+        rss_mib(),
+        vms + 1 + extra_count
+    );
+    roles.abort();
+    // Closing its stdin stops the API server.
+    drop(server.stdin.take());
+    let _ = server.wait();
+    Ok(())
+}
