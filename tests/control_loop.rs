@@ -352,3 +352,29 @@ async fn only_one_replica_holds_a_role_lease() -> anyhow::Result<()> {
     assert_eq!(spec.lease_transitions, Some(1));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_class_requesting_more_than_the_administrator_allows_is_refused() -> anyhow::Result<()> {
+    let env = TestEnv::start("caps").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start_with(&env, |o| {
+        o.allowed_capabilities = banlieue_api::provider::RequestedCapabilities { libvirt: true, ..Default::default() };
+    })?;
+    let greedy = format!("{}-greedy", env.ns);
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": greedy},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Greedy",
+                        "capabilities": {"libvirt": true, "http": true, "secrets": true}}}),
+    )
+    .await?;
+    let classes: Api<ProviderClass> = Api::all(env.client.clone());
+    let c = wait_for(&classes, &greedy, 30, "refused", |c: Option<&ProviderClass>| {
+        c.and_then(|c| c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned()).is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    let ready = c.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, "CapabilitiesNotAllowed");
+    assert!(ready.message.contains("http, secrets"), "{}", ready.message);
+    Ok(())
+}

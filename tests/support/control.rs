@@ -32,15 +32,21 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Start every role against `env`.
     pub fn start(env: &TestEnv) -> anyhow::Result<ControlPlane> {
+        Self::start_with(env, |_| {})
+    }
+
+    /// Start every role with options adjusted by `adjust`.
+    pub fn start_with(env: &TestEnv, adjust: impl FnOnce(&mut Options)) -> anyhow::Result<ControlPlane> {
         let dist = guests_dist();
         anyhow::ensure!(dist.join("provider-libvirt.wasm").exists(), "{} has no provider-libvirt.wasm: run guests/build.sh", dist.display());
-        let options = Options {
+        let mut options = Options {
             builtin_dir: dist,
             cache_dir: Some(env.dir().join("component-cache")),
             leader_election: false,
             namespace: TestEnv::external().then(|| env.ns.clone()),
             ..Options::default()
         };
+        adjust(&mut options);
         let ctx = Context::new(env.client.clone(), options)?;
         let task = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
         Ok(ControlPlane { ctx, task })

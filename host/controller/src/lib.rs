@@ -117,6 +117,8 @@ pub struct Context {
     pub options: Options,
     backoff: Mutex<HashMap<String, u32>>,
     grants: grants::Cache,
+    /// UIDs of the machines this process has created (see `machine::realise`).
+    pub(crate) created: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -131,6 +133,7 @@ impl Context {
             options,
             backoff: Mutex::default(),
             grants: grants::Cache::default(),
+            created: Mutex::default(),
         }))
     }
 

@@ -225,7 +225,10 @@ async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Ou
 async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {
     let r = machine_ref(m, spec);
     let (limits, grants) = (b.driver.limits, b.grants.clone());
-    let provisioned = st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some();
+    // A machine this process just created counts as provisioned even when the cached
+    // object predates the status write: a second `create` would be harmless, only wasted.
+    let provisioned = (st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some())
+        || ctx.created.lock().unwrap_or_else(|e| e.into_inner()).contains(&r.uid);
     let described = if provisioned {
         match ctx.call(&b.class, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
             Ok(s) => Some(s),
@@ -241,6 +244,7 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
         None => {
             let machine = wit_machine(ctx, m, spec).await?;
             let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
             // A machine just made needs no restart for a request older than itself.
             st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
             created
@@ -325,6 +329,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
         Ok(()) => {
             ctx.event(&m.object_ref(&kind.resource), false, "Deleted", "Delete", "backend VM and its disks removed").await;
             finalizer::remove(api, m, FINALIZER).await?;
+            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&m.uid().unwrap_or_default());
             ctx.succeeded(key);
             Ok(Action::await_change())
         }

@@ -23,7 +23,7 @@ use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMac
 use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -274,6 +274,7 @@ impl<'a> Reconcile<'a> {
         };
 
         // A Machine made for another placement goes first.
+        let mut existing = None;
         if let Some(current) = self.status.infrastructure_ref.clone() {
             if let Some(old) = self.get_machine(&current).await? {
                 let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
@@ -283,6 +284,7 @@ impl<'a> Reconcile<'a> {
                 if !same {
                     return self.move_away(&current, &old, &scheduled).await;
                 }
+                existing = Some(old);
             }
         }
         if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
@@ -290,7 +292,7 @@ impl<'a> Reconcile<'a> {
             self.write_status().await.map_err(|e| blocked(READY, "APIError", e.to_string()).retrying())?;
         }
 
-        let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled).await?;
+        let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled, existing).await?;
         self.mirror(&machine, &target);
         Ok(Action::await_change())
     }
@@ -437,6 +439,7 @@ impl<'a> Reconcile<'a> {
         image: &VMImage,
         provider: &Provider,
         scheduled: &Scheduled,
+        existing: Option<DynamicObject>,
     ) -> Result<DynamicObject, Blocked> {
         let c = &class.spec;
         let caps = &provider.spec.capabilities;
@@ -488,6 +491,17 @@ impl<'a> Reconcile<'a> {
             },
             "spec": spec,
         });
+        // Most reconciles change nothing in the Machine: skip the write then.
+        if let Some(m) = existing {
+            let mut current = m.data.get("spec").cloned().unwrap_or_default();
+            if let Some(c) = current.as_object_mut() {
+                c.remove("providerID");
+            }
+            let owned = m.owner_references().iter().any(|o| o.uid == owner.uid && o.controller == Some(true));
+            if owned && current == body["spec"] && m.labels().get(VM_LABEL) == Some(&self.name) {
+                return Ok(m);
+            }
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
         api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
             let mut b = blocked(INFRASTRUCTURE_READY, "MachineApplyFailed", format!("applying {} {}: {e}", resource.kind, self.name));
