@@ -63,14 +63,25 @@ where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default())).default_backoff().touched_objects();
+    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
+        .default_backoff()
+        .touched_objects();
     (reader, stream)
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let client = ctx.client.clone();
-    let controller = Controller::new(ctx.watched::<VirtualMachine>(), watcher::Config::default());
-    let store = controller.store();
+    // The VM cache drops managedFields: they are most of a VM's size and no reconcile reads them.
+    let (store, writer) = kube::runtime::reflector::store();
+    let vm_changes = kube::runtime::reflector(
+        writer,
+        watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).modify(|vm: &mut VirtualMachine| {
+            vm.metadata.managed_fields = None;
+        }),
+    )
+    .default_backoff()
+    .touched_objects();
+    let controller = Controller::for_stream(vm_changes, store.clone());
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
     let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
