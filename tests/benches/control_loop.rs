@@ -22,6 +22,33 @@ use serde_json::json;
 
 const NS: &str = "default";
 
+/// Live heap bytes, to tell data held from allocator retention in the RSS figures.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as i64 - l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn heap_mib() -> f64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
+}
+
 fn main() -> anyhow::Result<()> {
     if let Ok(dir) = std::env::var("BANLIEUE_BENCH_API_DIR") {
         return serve_api(Path::new(&dir));
@@ -177,6 +204,7 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     let all_ready = start.elapsed();
     println!("{vms} VMs: applied in {:.2}s, all Ready after {:.2}s ({:.0} VMs/s)", applied.as_secs_f64(), all_ready.as_secs_f64(), vms as f64 / all_ready.as_secs_f64());
     let rss_after_ready = rss_mib();
+    let heap_after_ready = heap_mib();
     if std::env::var_os("BENCH_METRICS").is_some() {
         for line in ctx.metrics.render().lines().filter(|l| (l.contains("_total") || l.contains("_sum")) && !l.starts_with('#')) {
             println!("  {line}");
@@ -206,6 +234,7 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
         rss_mib(),
         vms + 1 + extra_count
     );
+    println!("live heap: {heap_after_ready:.0} MiB with {} VMs Ready, {:.0} MiB with {} VMs tracked", vms + 1, heap_mib(), vms + 1 + extra_count);
     roles.abort();
     // Closing its stdin stops the API server.
     drop(server.stdin.take());

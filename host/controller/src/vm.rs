@@ -80,7 +80,9 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         }),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    // Only what a reconcile acts on wakes it; its own status writes do not.
+    .predicate_filter(spec_or_lifecycle, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(vm_changes, store.clone());
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
@@ -119,6 +121,17 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .for_each(|_| futures::future::ready(()))
         .await;
     Ok(())
+}
+
+/// A hash of what a VM reconcile acts on: spec (generation), labels, finalizers, deletion.
+fn spec_or_lifecycle(vm: &VirtualMachine) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    vm.metadata.generation.hash(&mut h);
+    vm.metadata.labels.hash(&mut h);
+    vm.metadata.finalizers.hash(&mut h);
+    vm.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
 }
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
