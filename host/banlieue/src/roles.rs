@@ -28,7 +28,7 @@ pub struct RoleArgs {
     #[arg(long, env = "VAULT_ADDR")]
     pub vault_addr: Option<String>,
     /// Reconciles run at once per controller.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
 }
 

@@ -85,7 +85,7 @@ impl Default for Options {
             leader_election: true,
             identity: format!("{}-{}", hostname(), std::process::id()),
             vault: None,
-            concurrency: 16,
+            concurrency: 32,
             namespace: None,
         }
     }

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::conditions::{self, PROVISIONED, READY};
@@ -67,8 +67,14 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
     let api = ctx.watched_dynamic(&resource);
-    let controller = Controller::new_with(api, watcher::Config::default(), resource.clone());
-    let store = controller.store();
+    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let changes = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects()
+        // Only what a reconcile acts on wakes it; its own status writes do not.
+        .predicate_filter(spec_or_lifecycle, kube::runtime::PredicateConfig::default());
+    let controller = Controller::for_stream_with(changes, store.clone(), resource.clone());
     let kind = Arc::new(Kind { ctx: ctx.clone(), resource: resource.clone() });
     controller
         // A Provider that appears or changes unblocks the machines that name it.
@@ -86,6 +92,18 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         .run(reconcile, error_policy, kind)
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// A hash of what a machine reconcile acts on: spec (generation), the paused annotation,
+/// finalizers, deletion.
+fn spec_or_lifecycle(m: &DynamicObject) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    m.metadata.generation.hash(&mut h);
+    m.annotations().contains_key(PAUSED_ANNOTATION).hash(&mut h);
+    m.metadata.finalizers.hash(&mut h);
+    m.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
 }
 
 fn error_policy(m: Arc<DynamicObject>, err: &Error, kind: Arc<Kind>) -> Action {
