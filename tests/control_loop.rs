@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use banlieue_api::VirtualMachine;
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_libvirt::{DomainState, Libvirt};
-use banlieue_tests::control::{apply, guests_dist, wait_for, ControlPlane};
+use banlieue_tests::control::{apply, guests_dist, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -24,20 +24,7 @@ fn machines(env: &TestEnv) -> Api<DynamicObject> {
 
 /// A second libvirt "host": the test driver with a node description of our own.
 fn second_host(env: &TestEnv) -> anyhow::Result<String> {
-    let path = env.dir().join("host-b.xml");
-    std::fs::write(
-        &path,
-        r#"<node>
-  <cpu><mhz>2000</mhz><model>x86_64</model><active>4</active><sockets>1</sockets><cores>4</cores><threads>1</threads><nodes>1</nodes></cpu>
-  <memory>8388608</memory>
-  <network><name>default</name><uuid>dd8fe884-6c02-601e-7551-cca97df1c5df</uuid><bridge name='virbr0'/><forward/>
-    <ip address='192.168.123.1' netmask='255.255.255.0'/></network>
-  <pool type='dir'><name>default-pool</name><uuid>dfe224cb-28fb-8dd0-c4b2-64eb3f0f4566</uuid>
-    <capacity unit='GiB'>100</capacity><allocation>0</allocation><available unit='GiB'>100</available>
-    <target><path>/default-pool</path></target></pool>
-</node>"#,
-    )?;
-    Ok(format!("test://{}", path.display()))
+    libvirt_test_node(env.dir(), "host-b", 4, 8, 100)
 }
 
 /// The libvirt class, a VMClass, a VMImage and Provider `a` on `test:///default`.

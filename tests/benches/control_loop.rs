@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::VirtualMachine;
 use banlieue_controller::{Context, Options, Roles};
-use banlieue_tests::control::{apply, guests_dist};
+use banlieue_tests::control::{apply, guests_dist, libvirt_test_node};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -87,23 +87,6 @@ fn rss_mib() -> f64 {
     kib / 1024.0
 }
 
-fn node_xml(dir: &Path) -> anyhow::Result<String> {
-    let path = dir.join("bench-host.xml");
-    std::fs::write(
-        &path,
-        r#"<node>
-  <cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><sockets>1</sockets><cores>64</cores><threads>1</threads><nodes>1</nodes></cpu>
-  <memory>1073741824</memory>
-  <network><name>default</name><uuid>dd8fe884-6c02-601e-7551-cca97df1c5df</uuid><bridge name='virbr0'/><forward/>
-    <ip address='192.168.123.1' netmask='255.255.255.0'/></network>
-  <pool type='dir'><name>default-pool</name><uuid>dfe224cb-28fb-8dd0-c4b2-64eb3f0f4566</uuid>
-    <capacity unit='TiB'>1000</capacity><allocation>0</allocation><available unit='TiB'>1000</available>
-    <target><path>/default-pool</path></target></pool>
-</node>"#,
-    )?;
-    Ok(format!("test://{}", path.display()))
-}
-
 fn vm(name: &str, class: &str) -> serde_json::Value {
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": NS},
            "spec": {"classRef": {"name": class}, "imageRef": {"name": "debian"}}})
@@ -159,7 +142,8 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     for crd in banlieue_api::crdgen::all_crds() {
         crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd)).await?;
     }
-    let uri = node_xml(dir.path())?;
+    // A big host: placement capacity and the pool never run out.
+    let uri = libvirt_test_node(dir.path(), "bench-host", 64, 1024, 1 << 20)?;
     for object in [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),

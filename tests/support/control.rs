@@ -103,3 +103,25 @@ where
         }
     }
 }
+
+/// A libvirt "host" of our own for the test driver: a node description with `cpus`, `memory_gib`,
+/// network `default` and pool `default-pool` of `pool_gib`. Returns its `test://` URI.
+pub fn libvirt_test_node(dir: &std::path::Path, name: &str, cpus: u32, memory_gib: u64, pool_gib: u64) -> anyhow::Result<String> {
+    let path = dir.join(format!("{name}.xml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"<node>
+  <cpu><mhz>2000</mhz><model>x86_64</model><active>{cpus}</active><sockets>1</sockets><cores>{cpus}</cores><threads>1</threads><nodes>1</nodes></cpu>
+  <memory>{memory_kib}</memory>
+  <network><name>default</name><uuid>dd8fe884-6c02-601e-7551-cca97df1c5df</uuid><bridge name='virbr0'/><forward/>
+    <ip address='192.168.123.1' netmask='255.255.255.0'/></network>
+  <pool type='dir'><name>default-pool</name><uuid>dfe224cb-28fb-8dd0-c4b2-64eb3f0f4566</uuid>
+    <capacity unit='GiB'>{pool_gib}</capacity><allocation>0</allocation><available unit='GiB'>{pool_gib}</available>
+    <target><path>/default-pool</path></target></pool>
+</node>"#,
+            memory_kib = memory_gib * 1024 * 1024
+        ),
+    )?;
+    Ok(format!("test://{}", path.display()))
+}

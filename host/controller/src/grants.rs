@@ -123,3 +123,34 @@ async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities)
     }
     Ok(grants)
 }
+
+/// A Provider's driver, ready to call for one object: the class's component, the
+/// Provider's configuration and grants. Why there is none is a condition
+/// `(reason, message, retryable)`.
+pub struct Backend {
+    pub class: String,
+    pub driver: std::sync::Arc<crate::components::LoadedDriver>,
+    pub config: ProviderConfig,
+    pub grants: Grants,
+}
+
+pub type Failure = (&'static str, String, bool);
+
+/// The driver of `provider` with its grants, for a call about `object`.
+pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result<Backend, Failure> {
+    let class_name = provider.spec.provider_class_ref.name.clone();
+    let class = kube::Api::<banlieue_api::ProviderClass>::all(ctx.client.clone())
+        .get_opt(&class_name)
+        .await
+        .map_err(|e| ("APIError", e.to_string(), true))?
+        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), true))?;
+    let driver = ctx
+        .components
+        .driver(&class)
+        .await
+        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
+    let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
+        .await
+        .map_err(|e| (e.reason(), e.to_string(), true))?;
+    Ok(Backend { class: class_name, driver, config, grants })
+}

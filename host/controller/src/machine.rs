@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::common::{AddressType, Initialization, MachineAddress, PowerState};
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
-use banlieue_api::{Provider, ProviderClass};
+use banlieue_api::Provider;
 use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
@@ -127,15 +127,7 @@ async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Err
     result
 }
 
-/// The driver, its config and grants for one machine, or why there are none.
-struct Backend {
-    class: String,
-    driver: Arc<crate::components::LoadedDriver>,
-    config: wit::ProviderConfig,
-    grants: banlieue_runtime::capability::Grants,
-}
-
-type Failure = (&'static str, String, bool);
+use crate::grants::{Backend, Failure};
 
 async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error> {
     let ctx = &kind.ctx;
@@ -208,21 +200,7 @@ async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> R
         .await
         .map_err(|e| ("APIError", e.to_string(), true))?
         .ok_or_else(|| ("ProviderNotFound", format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
-    let class_name = provider.spec.provider_class_ref.name.clone();
-    let class = Api::<ProviderClass>::all(ctx.client.clone())
-        .get_opt(&class_name)
-        .await
-        .map_err(|e| ("APIError", e.to_string(), true))?
-        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), true))?;
-    let driver = ctx
-        .components
-        .driver(&class)
-        .await
-        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
-    let (config, grants) = crate::grants::for_provider(ctx, &provider, &class_name, &class.spec.capabilities, &crate::key(m))
-        .await
-        .map_err(|e| (e.reason(), e.to_string(), true))?;
-    Ok(Backend { class: class_name, driver, config, grants })
+    crate::grants::backend(ctx, &provider, &crate::key(m)).await
 }
 
 fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {

@@ -57,8 +57,7 @@ async fn reconcile(provider: Arc<Provider>, ctx: Arc<Context>) -> Result<Action,
     result
 }
 
-/// Why a probe could not be made or failed: (reason, message, retryable).
-type Failure = (&'static str, String, bool);
+use crate::grants::Failure;
 
 async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
     let key = crate::key(provider);
@@ -100,22 +99,8 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
 }
 
 async fn probe(provider: &Provider, ctx: &Context) -> Result<Inventory, Failure> {
-    let class_name = &provider.spec.provider_class_ref.name;
-    let classes: Api<ProviderClass> = Api::all(ctx.client.clone());
-    let class = classes
-        .get_opt(class_name)
-        .await
-        .map_err(|e| ("APIError", e.to_string(), true))?
-        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), false))?;
-    let driver = ctx
-        .components
-        .driver(&class)
-        .await
-        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
-    let (config, grants) = crate::grants::for_provider(ctx, provider, class_name, &class.spec.capabilities, &crate::key(provider))
-        .await
-        .map_err(|e| (e.reason(), e.to_string(), true))?;
-    ctx.call(class_name, "probe", driver.component.probe(&config, driver.limits, grants))
+    let b = crate::grants::backend(ctx, provider, &crate::key(provider)).await?;
+    ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants))
         .await
         .map_err(|e| call_failure(&e))
 }
