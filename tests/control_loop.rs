@@ -285,6 +285,40 @@ async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() 
     Ok(())
 }
 
+/// A component exporting `banlieue:provider/driver@0.1.0`, as drivers built before contract 0.2 do.
+const DRIVER_0_1: &str = r#"(component
+  (core module $m (func (export "v")))
+  (core instance $i (instantiate $m))
+  (func $v (canon lift (core func $i "v")))
+  (instance $driver (export "contract-version" (func $v)))
+  (export "banlieue:provider/driver@0.1.0" (instance $driver)))"#;
+
+#[tokio::test]
+async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class() -> anyhow::Result<()> {
+    let env = TestEnv::start("contract-0-1").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let path = env.dir().join("driver-0.1.wasm");
+    std::fs::write(&path, wat::parse_str(DRIVER_0_1)?)?;
+    let class = format!("{}-old", env.ns);
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
+               "spec": {"component": {"source": format!("file://{}", path.display()), "verification": {"allowUnsigned": true}},
+                        "infrastructureKind": "Old"}}),
+    )
+    .await?;
+    let classes: Api<ProviderClass> = Api::all(env.client.clone());
+    let c = wait_for(&classes, &class, 30, "refused", |c: Option<&ProviderClass>| {
+        c.and_then(|c| c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned()).is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    let ready = c.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, "IncompatibleContract", "{}", ready.message);
+    assert!(ready.message.contains("0.1.0") && ready.message.contains("0.2.0"), "names both versions: {}", ready.message);
+    Ok(())
+}
+
 #[tokio::test]
 async fn killing_the_host_mid_create_and_mid_delete_leaves_no_duplicate_and_no_leak() -> anyhow::Result<()> {
     let env = TestEnv::start("vm-crash").await?;

@@ -3,7 +3,7 @@
 //! A placement policy or provider driver depends on this crate, implements
 //! [`placement::Policy`] or [`provider::Driver`], and exports it with
 //! [`export_placement!`] or [`export_provider!`]. The host capabilities are
-//! wrapped in [`http`], [`secrets`] and [`log`]; everything returns [`Error`],
+//! wrapped in [`http`], [`secrets`], [`session`] and [`log`]; everything returns [`Error`],
 //! the contract's error variant, so `?` works across them.
 
 pub mod alloc;
@@ -15,6 +15,8 @@ pub mod placement;
 pub mod provider;
 pub mod secrets;
 pub mod selector;
+pub mod session;
+pub mod time;
 
 pub use bindings::host::banlieue::host::types::{Error, Pairs};
 pub use error::Result;

@@ -7,13 +7,13 @@
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase,
-    ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, Nic, PowerState,
-    ProviderConfig, UrlSource,
+    ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
+    PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource,
 };
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
@@ -23,10 +23,10 @@ pub trait Driver {
     fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus>;
     /// Current status of a machine.
     fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus>;
-    /// Drive the machine towards `state`.
-    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState) -> Result<MachineStatus>;
-    /// Remove the machine; a machine already gone is success.
-    fn delete(config: &ProviderConfig, machine: &MachineRef) -> Result<()>;
+    /// Drive the machine towards `state`; powering off follows `power_off` (see [`power_off`]).
+    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, power_off: &PowerOff) -> Result<MachineStatus>;
+    /// Power the machine off per `power_off`, then remove it; a machine already gone is success.
+    fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()>;
     /// Import an image; called again until it is ready or failed.
     fn import_image(_config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
         Err(Error::InvalidSpec(format!("this driver does not import images ({})", request.name)))
@@ -38,6 +38,56 @@ pub fn ignore_not_found(result: Result<()>) -> Result<()> {
     match result {
         Err(Error::NotFound(_)) => Ok(()),
         other => other,
+    }
+}
+
+/// How a backend powers a machine off, for [`power_off`].
+pub trait PowerOffOps {
+    /// Ask the guest to shut down (ACPI, guest tools); returns before it is off.
+    fn request_shutdown(&mut self) -> Result<()>;
+    /// Pull the plug; returns once the machine is off.
+    fn hard_off(&mut self) -> Result<()>;
+    /// Whether the machine is off now.
+    fn is_off(&mut self) -> Result<bool>;
+}
+
+/// How often a soft shutdown is polled.
+pub const SHUTDOWN_POLL_MS: u64 = 250;
+
+/// Power a machine off per `mode`, the same way in every driver: `hard` pulls the plug;
+/// `soft` asks the guest and waits up to the timeout, then fails with `unavailable`
+/// (the host retries later, the guest is never cut off); `try-soft` asks, waits, then
+/// pulls the plug. A guest that refuses the request (no guest tools, no ACPI) counts
+/// as one that did not shut down in time.
+pub fn power_off(ops: &mut impl PowerOffOps, mode: &PowerOff) -> Result<()> {
+    if ops.is_off()? {
+        return Ok(());
+    }
+    if mode.mode == PowerOffMode::Hard {
+        return ops.hard_off();
+    }
+    let asked = match ops.request_shutdown() {
+        Ok(()) => true,
+        Err(e) if mode.mode == PowerOffMode::TrySoft && !e.is_retryable() => {
+            crate::warn!("guest shutdown refused ({}); powering off hard", e.message());
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    if asked && crate::time::wait_until(u64::from(mode.timeout_ms), SHUTDOWN_POLL_MS, || ops.is_off())? {
+        return Ok(());
+    }
+    match mode.mode {
+        PowerOffMode::Soft => Err(Error::Unavailable(format!(
+            "the guest did not shut down within {} ms (powerOffMode Soft never forces it off)",
+            mode.timeout_ms
+        ))),
+        _ => {
+            if asked {
+                crate::info!("guest still running after {} ms; powering off hard", mode.timeout_ms);
+            }
+            ops.hard_off()
+        }
     }
 }
 
@@ -95,11 +145,16 @@ macro_rules! export_provider {
                     config: wit::ProviderConfig,
                     machine: wit::MachineRef,
                     state: wit::PowerState,
+                    power_off: wit::PowerOff,
                 ) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
-                    D::set_power(&config, &machine, state)
+                    D::set_power(&config, &machine, state, &power_off)
                 }
-                fn delete(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<(), wit::Error> {
-                    D::delete(&config, &machine)
+                fn delete(
+                    config: wit::ProviderConfig,
+                    machine: wit::MachineRef,
+                    power_off: wit::PowerOff,
+                ) -> ::core::result::Result<(), wit::Error> {
+                    D::delete(&config, &machine, &power_off)
                 }
                 fn import_image(config: wit::ProviderConfig, request: wit::ImageRequest) -> ::core::result::Result<wit::ImageStatus, wit::Error> {
                     D::import_image(&config, &request)

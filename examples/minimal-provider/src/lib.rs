@@ -4,7 +4,7 @@
 //! state they were asked for; a skeleton to start a real driver from.
 
 use banlieue_sdk::provider::{
-    Capacity, Driver, FailureDomain, Inventory, Machine, MachineRef, MachineStatus, PowerState, ProviderConfig,
+    Capacity, Driver, FailureDomain, Inventory, Machine, MachineRef, MachineStatus, MachinePhase, PowerOff, PowerState, ProviderConfig,
     Result, condition,
 };
 use banlieue_sdk::{info, warn};
@@ -18,6 +18,7 @@ fn status(uid: &str, power_state: PowerState) -> MachineStatus {
         addresses: vec![],
         conditions: vec![condition("Ready", true, "Minimal", "the minimal provider has no backend")],
         provisioned: true,
+        phase: if power_state == PowerState::PoweredOn { MachinePhase::Running } else { MachinePhase::PoweredOff },
     }
 }
 
@@ -47,12 +48,12 @@ impl Driver for Minimal {
         Ok(status(&machine.uid, PowerState::PoweredOn))
     }
 
-    fn set_power(_: &ProviderConfig, machine: &MachineRef, state: PowerState) -> Result<MachineStatus> {
+    fn set_power(_: &ProviderConfig, machine: &MachineRef, state: PowerState, _: &PowerOff) -> Result<MachineStatus> {
         info!("set-power {} {state:?}", machine.uid);
         Ok(status(&machine.uid, state))
     }
 
-    fn delete(_: &ProviderConfig, machine: &MachineRef) -> Result<()> {
+    fn delete(_: &ProviderConfig, machine: &MachineRef, _: &PowerOff) -> Result<()> {
         warn!("delete {}: nothing to remove", machine.uid);
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! A provider that tries to read `/etc/passwd`. Using `std::fs` makes the
 //! component import `wasi:filesystem`, which the host never links.
 
-use banlieue_sdk::provider::{Driver, Inventory, Machine, MachineRef, MachineStatus, PowerState, ProviderConfig, Result};
+use banlieue_sdk::provider::{Driver, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerState, ProviderConfig, Result};
 use banlieue_sdk::Error;
 
 pub struct ReadsFiles;
@@ -17,10 +17,10 @@ impl Driver for ReadsFiles {
     fn describe(_: &ProviderConfig, _: &MachineRef) -> Result<MachineStatus> {
         Err(Error::Internal("no".into()))
     }
-    fn set_power(_: &ProviderConfig, _: &MachineRef, _: PowerState) -> Result<MachineStatus> {
+    fn set_power(_: &ProviderConfig, _: &MachineRef, _: PowerState, _: &PowerOff) -> Result<MachineStatus> {
         Err(Error::Internal("no".into()))
     }
-    fn delete(_: &ProviderConfig, _: &MachineRef) -> Result<()> {
+    fn delete(_: &ProviderConfig, _: &MachineRef, _: &PowerOff) -> Result<()> {
         Ok(())
     }
 }

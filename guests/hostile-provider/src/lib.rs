@@ -15,7 +15,7 @@
 //! | anything else | a well-behaved probe |
 
 use banlieue_sdk::provider::{
-    Capacity, Driver, FailureDomain, Inventory, Machine, MachineRef, MachineStatus, PowerState, ProviderConfig, Result,
+    Capacity, Driver, FailureDomain, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerState, ProviderConfig, Result,
 };
 use banlieue_sdk::Error;
 
@@ -96,10 +96,10 @@ impl Driver for Hostile {
     fn describe(_: &ProviderConfig, _: &MachineRef) -> Result<MachineStatus> {
         Err(Error::Internal("not a real driver".into()))
     }
-    fn set_power(_: &ProviderConfig, _: &MachineRef, _: PowerState) -> Result<MachineStatus> {
+    fn set_power(_: &ProviderConfig, _: &MachineRef, _: PowerState, _: &PowerOff) -> Result<MachineStatus> {
         Err(Error::Internal("not a real driver".into()))
     }
-    fn delete(_: &ProviderConfig, _: &MachineRef) -> Result<()> {
+    fn delete(_: &ProviderConfig, _: &MachineRef, _: &PowerOff) -> Result<()> {
         Ok(())
     }
 }

@@ -32,10 +32,11 @@
 //!   addresses (unknown without a guest agent), the NIC MACs in the
 //!   `PoweredOn` condition's message. A domain of that name with another UUID
 //!   is `not-found` for this machine.
-//! - `set-power`: on starts the domain; off is a hard power-off
-//!   (`domain-destroy`) — a graceful ACPI shutdown with a deadline is future
-//!   work; suspend is refused.
-//! - `delete`: destroy, undefine, then delete every volume whose name starts
+//! - `set-power`: on starts the domain; off follows the power-off mode
+//!   (`banlieue_sdk::provider::power_off`): `hard` is `domain-destroy`, `soft`
+//!   an ACPI `domain-shutdown` polled until the domain is off, `try-soft` the
+//!   same then `domain-destroy` at the timeout; suspend is refused.
+//! - `delete`: power off per the mode, undefine, then delete every volume whose name starts
 //!   with `{namespace}_{name}_` in every active pool, so a delete retried after
 //!   a crash still removes leftovers. A domain of that name with another UUID
 //!   is left alone (and so are the volumes, which are its).
@@ -48,7 +49,8 @@
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo, DomainState};
 use banlieue_sdk::provider::{
-    Driver, Inventory, Machine, MachineRef, MachineStatus, PowerState, ProviderConfig, Result, ignore_not_found,
+    Driver, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result,
+    ignore_not_found, power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 
@@ -57,6 +59,9 @@ pub mod spec;
 pub mod xml;
 
 pub struct Libvirt;
+
+/// A machine created powered off is defined, never started: nothing to shut down.
+const CREATE_POWER_OFF: PowerOff = PowerOff { mode: banlieue_sdk::provider::PowerOffMode::Hard, timeout_ms: 0 };
 
 /// The domain named `name`, if any (a lookup: hosts with thousands of domains stay fast).
 fn find(name: &str) -> Result<Option<DomainInfo>> {
@@ -86,8 +91,8 @@ fn describe_domain(name: &str) -> Result<MachineStatus> {
     Ok(spec::status(&domain, &xml))
 }
 
-/// Drive domain `name`, now in `state`, towards `target`.
-fn ensure_power(name: &str, state: DomainState, target: PowerState) -> Result<()> {
+/// Drive domain `name`, now in `state`, towards `target`; powering off follows `off`.
+fn ensure_power(name: &str, state: DomainState, target: PowerState, off: &PowerOff) -> Result<()> {
     match target {
         PowerState::Suspended => Err(Error::InvalidSpec("the libvirt driver does not suspend VMs".into())),
         PowerState::PoweredOn => match state {
@@ -111,17 +116,34 @@ fn ensure_power(name: &str, state: DomainState, target: PowerState) -> Result<()
                 }
             }
         },
-        PowerState::PoweredOff => {
-            if !spec::is_active(state) {
-                return Ok(());
-            }
-            info!("powering off (destroying) libvirt domain {name}");
-            match libvirt::domain_destroy(name) {
-                // Already off by the time the call arrived.
-                Err(Error::InvalidSpec(_)) if !spec::is_active(libvirt::domain_get_state(name)?) => Ok(()),
-                other => other,
-            }
+        PowerState::PoweredOff => power_off(&mut Domain(name), off),
+    }
+}
+
+/// Powering one domain off: ACPI shutdown, destroy, and its state.
+struct Domain<'a>(&'a str);
+
+impl PowerOffOps for Domain<'_> {
+    fn request_shutdown(&mut self) -> Result<()> {
+        info!("shutting down (ACPI) libvirt domain {}", self.0);
+        match libvirt::domain_shutdown(self.0) {
+            // Went off between the state check and the request.
+            Err(Error::InvalidSpec(_)) if self.is_off()? => Ok(()),
+            other => other,
         }
+    }
+
+    fn hard_off(&mut self) -> Result<()> {
+        info!("powering off (destroying) libvirt domain {}", self.0);
+        match libvirt::domain_destroy(self.0) {
+            // Already off by the time the call arrived.
+            Err(Error::InvalidSpec(_)) if self.is_off()? => Ok(()),
+            other => other,
+        }
+    }
+
+    fn is_off(&mut self) -> Result<bool> {
+        Ok(!spec::is_active(libvirt::domain_get_state(self.0)?))
     }
 }
 
@@ -144,7 +166,7 @@ impl Driver for Libvirt {
                     existing.uuid, machine.uid
                 )));
             }
-            ensure_power(&name, existing.state, machine.power_state)?;
+            ensure_power(&name, existing.state, machine.power_state, &CREATE_POWER_OFF)?;
             return describe_domain(&name);
         }
         // (A UID already used by a domain of another name is refused by libvirt's define.)
@@ -173,7 +195,7 @@ impl Driver for Libvirt {
         let defined =
             libvirt::domain_define(&domain_xml).map_err(|e| e.context(format!("defining libvirt domain {name}")))?;
         info!("defined libvirt domain {name} ({})", defined.uuid);
-        ensure_power(&name, defined.state, machine.power_state)?;
+        ensure_power(&name, defined.state, machine.power_state, &CREATE_POWER_OFF)?;
         describe_domain(&name)
     }
 
@@ -182,16 +204,16 @@ impl Driver for Libvirt {
         describe_domain(&domain.name)
     }
 
-    fn set_power(_config: &ProviderConfig, machine: &MachineRef, state: PowerState) -> Result<MachineStatus> {
+    fn set_power(_config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {
         if state == PowerState::Suspended {
             return Err(Error::InvalidSpec("the libvirt driver does not suspend VMs".into()));
         }
         let domain = lookup(machine)?;
-        ensure_power(&domain.name, domain.state, state)?;
+        ensure_power(&domain.name, domain.state, state, off)?;
         describe_domain(&domain.name)
     }
 
-    fn delete(_config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
+    fn delete(_config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {
         naming::check_machine(&machine.namespace, &machine.name)?;
         let name = naming::domain_name(&machine.namespace, &machine.name);
         if let Some(domain) = find(&name)? {
@@ -203,10 +225,8 @@ impl Driver for Libvirt {
                 return Ok(());
             }
             if spec::is_active(domain.state) {
-                match libvirt::domain_destroy(&name) {
-                    Ok(()) | Err(Error::NotFound(_)) | Err(Error::InvalidSpec(_)) => {}
-                    Err(e) => return Err(e.context(format!("powering off libvirt domain {name}"))),
-                }
+                ignore_not_found(power_off(&mut Domain(&name), off))
+                    .map_err(|e| e.context(format!("powering off libvirt domain {name}")))?;
             }
             ignore_not_found(libvirt::domain_undefine(&name))
                 .map_err(|e| e.context(format!("undefining libvirt domain {name}")))?;

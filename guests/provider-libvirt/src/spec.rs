@@ -2,7 +2,7 @@
 
 use banlieue_sdk::provider::libvirt::{DomainInfo, DomainState, NetworkInfo, Node, PoolInfo};
 use banlieue_sdk::provider::{
-    Capacity, FailureDomain, ImageSource, Inventory, Machine, MachineStatus, PowerState, ProviderConfig, condition,
+    Capacity, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineStatus, PowerState, ProviderConfig, condition,
 };
 use banlieue_sdk::{Error, Result};
 
@@ -64,6 +64,11 @@ pub fn status(domain: &DomainInfo, domain_xml: &str) -> MachineStatus {
         addresses: vec![],
         conditions: vec![condition("PoweredOn", power == PowerState::PoweredOn, state_reason(domain.state), message)],
         provisioned: true,
+        phase: match domain.state {
+            DomainState::Shutdown => MachinePhase::ShuttingDown,
+            _ if power == PowerState::PoweredOn => MachinePhase::Running,
+            _ => MachinePhase::PoweredOff,
+        },
     }
 }
 

@@ -51,10 +51,21 @@ pub struct VMClassSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub features: Vec<String>,
+    /// How long a soft power-off (`powerOffMode` Soft or TrySoft) waits for the guest, in seconds (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub power_off_timeout_seconds: Option<u32>,
     /// The placement policy VMs of this class are scheduled with (default: spread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_policy_ref: Option<NameRef>,
 }
+
+pub(crate) fn default_power_off_timeout() -> u32 {
+    DEFAULT_POWER_OFF_TIMEOUT_SECONDS
+}
+
+/// The soft power-off timeout of a class that names none.
+pub const DEFAULT_POWER_OFF_TIMEOUT_SECONDS: u32 = 60;
 
 /// One disk of a class.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -107,6 +107,31 @@ pub enum PowerState {
     Suspended,
 }
 
+/// How a VM is powered off (when asked to power off, restart, or be deleted).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PowerOffMode {
+    /// Cut the power at once.
+    Hard,
+    /// Ask the guest to shut down; never force it (retried until the guest is off).
+    Soft,
+    /// Ask the guest, then cut the power when the class's timeout passes.
+    #[default]
+    TrySoft,
+}
+
+/// Where a machine is on its way to running, as its driver reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum MachinePhase {
+    Provisioning,
+    Cloning,
+    Configuring,
+    PoweringOn,
+    WaitingForAddress,
+    Running,
+    ShuttingDown,
+    PoweredOff,
+}
+
 /// CAPI v1beta2 `initialization` status block.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct Initialization {

@@ -14,7 +14,7 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Initialization, MachineAddress, NameRef, PowerState, SecretKeyRef};
+use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef};
 use crate::class::Firmware;
 
 /// API group of the infrastructure kinds.
@@ -81,6 +81,11 @@ pub struct ResolvedVm {
     pub user_data: Option<SecretKeyRef>,
     #[serde(default)]
     pub power_state: PowerState,
+    /// How the machine is powered off, and how long a soft power-off may take.
+    #[serde(default)]
+    pub power_off_mode: PowerOffMode,
+    #[serde(default = "crate::class::default_power_off_timeout")]
+    pub power_off_timeout_seconds: u32,
     /// Bumped to restart the machine once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
@@ -118,6 +123,9 @@ pub struct InfraMachineStatus {
     pub failure_domain: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
+    /// Where the machine is on its way to running, as its driver reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MachinePhase>,
     /// The last `spec.vm.restartRequestedAt` the machine was restarted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,

@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{MachineAddress, NameRef, PowerState, SecretKeyRef, Initialization};
+use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef};
 
 /// A virtual machine, run on whichever Provider its placement picks.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -28,7 +28,8 @@ use crate::common::{MachineAddress, NameRef, PowerState, SecretKeyRef, Initializ
     printcolumn(name = "Provider", type_ = "string", json_path = ".status.scheduled.provider"),
     printcolumn(name = "Power", type_ = "string", json_path = ".status.observedPowerState"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Address", type_ = "string", priority = 1, json_path = ".status.addresses[0].address"),
+    printcolumn(name = "Phase", type_ = "string", priority = 1, json_path = ".status.phase"),
+    printcolumn(name = "Addresses", type_ = "string", priority = 1, json_path = ".status.addresses[*].address"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -43,6 +44,9 @@ pub struct VirtualMachineSpec {
     /// The power state banlieue drives the VM towards.
     #[serde(default)]
     pub desired_power_state: PowerState,
+    /// How the VM is powered off (power off, restart, delete); the timeout comes from its class.
+    #[serde(default)]
+    pub power_off_mode: PowerOffMode,
     /// Bump to any new value (conventionally an RFC 3339 time) to restart the VM once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
@@ -136,6 +140,9 @@ pub struct VirtualMachineStatus {
     /// The power state the backend reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_power_state: Option<PowerState>,
+    /// Where the machine is on its way to running, as the backend reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MachinePhase>,
     /// The last `restartRequestedAt` acted upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,

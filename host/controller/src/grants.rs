@@ -4,7 +4,8 @@
 //!
 //! - `http`: the Provider's endpoint origin, its CA bundle, its insecure flag;
 //! - `libvirt`: the one long-lived connection to the Provider's URI;
-//! - `secrets`: the keys of the Provider's `credentialsRef` (Secret or Vault path).
+//! - `secrets`: the keys of the Provider's `credentialsRef` (Secret or Vault path);
+//! - `session`: the Provider's own backend session (with `http`), scoped by its UID.
 //!
 //! Grants are cached per Provider generation, because the HTTP grant carries the
 //! per-Provider request concurrency limit and libvirt connections are long-lived.
@@ -95,6 +96,7 @@ async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities)
         g.ca_bundle = conn.ca_bundle.clone();
         g.insecure_skip_tls_verify = conn.insecure_skip_tls_verify;
         grants.http = Some(g);
+        grants.session = Some(ctx.sessions.grant(session_scope(provider)));
     }
     if caps.libvirt {
         let libvirt = ctx
@@ -122,6 +124,23 @@ async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities)
         grants.secrets = Some(SecretsGrant::new(source, creds.keys.clone()));
     }
     Ok(grants)
+}
+
+/// The session scope of a Provider: a Provider recreated under the same name starts afresh.
+pub fn session_scope(provider: &Provider) -> String {
+    format!("{}/{}", crate::key(provider), provider.metadata.uid.as_deref().unwrap_or_default())
+}
+
+/// Drop the Provider's backend session if its credentials changed since the last look,
+/// so the driver's next call logs in with the new ones.
+pub async fn check_credentials(ctx: &Context, provider: &Provider, grants: &Grants) {
+    let (Some(secrets), Some(_)) = (&grants.secrets, &grants.session) else { return };
+    // Unreadable credentials are the driver's to report, with its own reason.
+    if let Ok(fingerprint) = secrets.fingerprint().await {
+        if ctx.sessions.bind_credentials(&session_scope(provider), fingerprint) {
+            tracing::info!(provider = %crate::key(provider), "credentials changed; dropped the backend session");
+        }
+    }
 }
 
 /// A Provider's driver, ready to call for one object: the class's component, the

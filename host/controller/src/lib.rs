@@ -117,6 +117,8 @@ pub struct Context {
     pub options: Options,
     backoff: Mutex<HashMap<String, u32>>,
     grants: grants::Cache,
+    /// Backend sessions drivers keep between calls, one per Provider.
+    pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
 }
@@ -133,6 +135,7 @@ impl Context {
             options,
             backoff: Mutex::default(),
             grants: grants::Cache::default(),
+            sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
         }))
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use banlieue_api::common::{AddressType, Initialization, MachineAddress, PowerState};
+use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
 use banlieue_api::Provider;
 use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
@@ -247,13 +247,14 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
         }
     };
     let want = wit_power(spec.vm.power_state);
+    let off = power_off(spec);
     let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
     if restart && spec.vm.power_state == PowerState::PoweredOn {
-        call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, limits, grants.clone())).await?;
-        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, limits, grants.clone())).await?;
+        call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
         ctx.event(&m.object_ref(resource), false, "Restarted", "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
     } else if observed.power_state != want {
-        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, limits, grants.clone())).await?;
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
     }
     if restart {
         st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
@@ -267,6 +268,8 @@ fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed
     st.failure_domain = spec.failure_domain.clone();
     let power = api_power(observed.power_state);
     st.power_state = Some(power);
+    let phase = api_phase(observed.phase);
+    st.phase = Some(phase);
     st.observed_generation = generation;
     for c in &observed.conditions {
         if c.type_ != READY && c.type_ != PROVISIONED {
@@ -278,7 +281,9 @@ fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed
     let (reason, message) = if ready {
         (format!("{power:?}"), format!("{} is {power:?}", observed.provider_id))
     } else if !observed.provisioned {
-        ("Provisioning".to_string(), "the backend is still creating the machine".to_string())
+        (format!("{phase:?}"), format!("the backend is still creating the machine ({phase:?})"))
+    } else if matches!(phase, MachinePhase::PoweringOn | MachinePhase::ShuttingDown) {
+        (format!("{phase:?}"), format!("backend reports {power:?} and {phase:?}, spec asks for {:?}", spec.vm.power_state))
     } else {
         ("PowerStateMismatch".to_string(), format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
     };
@@ -291,6 +296,7 @@ async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMach
         && old.addresses == st.addresses
         && old.failure_domain == st.failure_domain
         && old.power_state == st.power_state
+        && old.phase == st.phase
         && old.last_restart_requested_at == st.last_restart_requested_at
         && old.observed_generation == st.observed_generation
         && conditions::same(&old.conditions, &st.conditions);
@@ -315,7 +321,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
     let outcome = async {
         let b = backend(ctx, m, spec).await?;
         let r = machine_ref(m, spec);
-        match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, b.driver.limits, b.grants.clone())).await {
+        match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
             Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
             Err(e) => Err(call_failure(&e)),
         }
@@ -401,6 +407,29 @@ fn wit_power(p: PowerState) -> wit::PowerState {
         PowerState::PoweredOn => wit::PowerState::PoweredOn,
         PowerState::PoweredOff => wit::PowerState::PoweredOff,
         PowerState::Suspended => wit::PowerState::Suspended,
+    }
+}
+
+/// How the spec asks the machine to be powered off.
+fn power_off(spec: &InfraMachineSpec) -> wit::PowerOff {
+    let mode = match spec.vm.power_off_mode {
+        PowerOffMode::Hard => wit::PowerOffMode::Hard,
+        PowerOffMode::Soft => wit::PowerOffMode::Soft,
+        PowerOffMode::TrySoft => wit::PowerOffMode::TrySoft,
+    };
+    wit::PowerOff { mode, timeout_ms: spec.vm.power_off_timeout_seconds.saturating_mul(1000) }
+}
+
+fn api_phase(p: wit::MachinePhase) -> MachinePhase {
+    match p {
+        wit::MachinePhase::Provisioning => MachinePhase::Provisioning,
+        wit::MachinePhase::Cloning => MachinePhase::Cloning,
+        wit::MachinePhase::Configuring => MachinePhase::Configuring,
+        wit::MachinePhase::PoweringOn => MachinePhase::PoweringOn,
+        wit::MachinePhase::WaitingForAddress => MachinePhase::WaitingForAddress,
+        wit::MachinePhase::Running => MachinePhase::Running,
+        wit::MachinePhase::ShuttingDown => MachinePhase::ShuttingDown,
+        wit::MachinePhase::PoweredOff => MachinePhase::PoweredOff,
     }
 }
 

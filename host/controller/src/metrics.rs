@@ -97,6 +97,22 @@ impl Metrics {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        // Process-wide runtime counters, appended before the exposition's `# EOF`.
+        let usage = banlieue_runtime::usage::snapshot();
+        let counters = format!(
+            "# HELP banlieue_provider_guest_seconds Time provider components spent running guest code (not waiting on backends).\n\
+             # TYPE banlieue_provider_guest_seconds counter\n\
+             banlieue_provider_guest_seconds_total {}\n\
+             # HELP banlieue_http_requests Requests provider components sent through the http capability.\n\
+             # TYPE banlieue_http_requests counter\n\
+             banlieue_http_requests_total {}\n",
+            usage.provider_guest_time.as_secs_f64(),
+            usage.http_requests
+        );
+        match out.rfind("# EOF") {
+            Some(i) => out.insert_str(i, &counters),
+            None => out.push_str(&counters),
+        }
         out
     }
 }

@@ -2,7 +2,8 @@
 //! Provider's grant and publish what it found — failure domains with labels, free
 //! capacity, available classes and features — and `Ready` with the reason when
 //! the backend is unreachable or refuses the credentials. Probes repeat every
-//! minute so capacity stays current.
+//! minute so capacity stays current; each first checks whether the Provider's
+//! credentials changed, and drops its backend session if they did.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,6 +101,7 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
 
 async fn probe(provider: &Provider, ctx: &Context) -> Result<Inventory, Failure> {
     let b = crate::grants::backend(ctx, provider, &crate::key(provider)).await?;
+    crate::grants::check_credentials(ctx, provider, &b.grants).await;
     ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants))
         .await
         .map_err(|e| call_failure(&e))

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use banlieue_api::class::DEFAULT_POWER_OFF_TIMEOUT_SECONDS;
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedDisk, ResolvedNic, ResolvedVm};
 use banlieue_api::provider::Provider;
 use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
@@ -452,6 +453,7 @@ impl<'a> Reconcile<'a> {
         self.set(INFRASTRUCTURE_READY, false, "Moving", message.clone());
         self.set(READY, false, "Moving", message);
         self.status.addresses.clear();
+        self.status.phase = None;
         // The old Machine's deletion event brings the VM back.
         Ok(Action::await_change())
     }
@@ -500,6 +502,8 @@ impl<'a> Reconcile<'a> {
                 image: image_map,
                 user_data: self.vm.spec.user_data.clone(),
                 power_state: self.vm.spec.desired_power_state,
+                power_off_mode: self.vm.spec.power_off_mode,
+                power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
             },
         };
@@ -541,6 +545,7 @@ impl<'a> Reconcile<'a> {
         self.status.initialization = st.initialization.clone();
         self.status.addresses = st.addresses.clone();
         self.status.observed_power_state = st.power_state;
+        self.status.phase = st.phase;
         if st.last_restart_requested_at.is_some() {
             self.status.last_restart_requested_at = st.last_restart_requested_at.clone();
         }

@@ -16,6 +16,7 @@ pub mod placement;
 pub mod provider;
 pub mod source;
 mod state;
+pub mod usage;
 
 pub use component::{Contract, Inspection, LoadedComponent};
 pub use engine::{Runtime, RuntimeConfig};

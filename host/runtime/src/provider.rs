@@ -11,7 +11,7 @@ use crate::limits::Limits;
 use crate::state::{classify, classify_instantiate, new_store, HostState};
 use crate::Runtime;
 
-mod bindings {
+pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: ["../../wit/host", "../../wit/provider"],
         world: "banlieue:provider/provider",
@@ -23,7 +23,8 @@ mod bindings {
 
 pub use bindings::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase, ImageRequest,
-    ImageSource, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, Nic, PowerState, ProviderConfig, UrlSource,
+    ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff, PowerOffMode, PowerState,
+    ProviderConfig, UrlSource,
 };
 
 /// A provider driver ready to be called.
@@ -56,7 +57,9 @@ macro_rules! call {
             Err(e) => return Err(classify_instantiate(&$store, e)),
         };
         let $d = instance.banlieue_provider_driver();
-        match $body {
+        let result = $body;
+        crate::usage::provider_call($store.data().meter.guest_time());
+        match result {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(CallError::Guest(e.into())),
             Err(e) => Err(classify(&$store, e)),
@@ -77,12 +80,12 @@ impl ProviderDriver {
         call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, machine).await)
     }
 
-    pub async fn set_power(&self, config: &ProviderConfig, machine: &MachineRef, state: PowerState, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state).await)
+    pub async fn set_power(&self, config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: PowerOff, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state, off).await)
     }
 
-    pub async fn delete(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<(), CallError> {
-        call!(self, limits, grants, |d, store| d.call_delete(&mut store, config, machine).await)
+    pub async fn delete(&self, config: &ProviderConfig, machine: &MachineRef, off: PowerOff, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(self, limits, grants, |d, store| d.call_delete(&mut store, config, machine, off).await)
     }
 
     pub async fn import_image(&self, config: &ProviderConfig, request: &ImageRequest, limits: Limits, grants: Grants) -> Result<ImageStatus, CallError> {

@@ -11,7 +11,8 @@ use banlieue_libvirt::{DomainState, Libvirt};
 use banlieue_runtime::capability::Grants;
 use banlieue_runtime::capability::libvirt::LibvirtGrant;
 use banlieue_runtime::provider::{
-    Disk, Firmware, ImageSource, Machine, MachineRef, Nic, PowerState, ProviderConfig, ProviderDriver,
+    Disk, Firmware, ImageSource, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState, ProviderConfig,
+    ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use common::guest;
@@ -74,6 +75,10 @@ fn machine_ref(uid: &str) -> MachineRef {
         provider_id: None,
         failure_domain: "host-a".into(),
     }
+}
+
+fn power_off(mode: PowerOffMode) -> PowerOff {
+    PowerOff { mode, timeout_ms: 5_000 }
 }
 
 fn limits() -> Limits {
@@ -155,7 +160,7 @@ async fn machine_lifecycle() {
     // ...and does not see, power or delete this one.
     let e = driver.describe(&cfg, &machine_ref(OTHER_UID), limits(), grants.clone()).await.unwrap_err();
     assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
-    driver.delete(&cfg, &machine_ref(OTHER_UID), limits(), grants.clone()).await.unwrap();
+    driver.delete(&cfg, &machine_ref(OTHER_UID), power_off(PowerOffMode::TrySoft), limits(), grants.clone()).await.unwrap();
     assert_eq!(domains_named(&conn, "ns_vm").await.len(), 1);
 
     let described = driver.describe(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
@@ -163,30 +168,32 @@ async fn machine_lifecycle() {
     assert_eq!(described.power_state, PowerState::PoweredOn);
     assert!(described.addresses.is_empty());
 
-    // Power off (hard) and on again.
-    let off =
-        driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, limits(), grants.clone()).await.unwrap();
-    assert_eq!(off.power_state, PowerState::PoweredOff);
-    assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Shutoff);
-    let off_again =
-        driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, limits(), grants.clone()).await.unwrap();
-    assert_eq!(off_again.power_state, PowerState::PoweredOff);
-    let on = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, limits(), grants.clone()).await.unwrap();
-    assert_eq!(on.power_state, PowerState::PoweredOn);
-    assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Running);
+    // Power off in every mode (the test driver honours an ACPI shutdown at once) and on again.
+    for mode in [PowerOffMode::Soft, PowerOffMode::TrySoft, PowerOffMode::Hard] {
+        let off = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, power_off(mode), limits(), grants.clone()).await.unwrap();
+        assert_eq!(off.power_state, PowerState::PoweredOff, "{mode:?}");
+        assert_eq!(off.phase, MachinePhase::PoweredOff, "{mode:?}");
+        assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Shutoff, "{mode:?}");
+        let off_again = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOff, power_off(mode), limits(), grants.clone()).await.unwrap();
+        assert_eq!(off_again.power_state, PowerState::PoweredOff);
+        let on = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, power_off(mode), limits(), grants.clone()).await.unwrap();
+        assert_eq!(on.power_state, PowerState::PoweredOn);
+        assert_eq!(on.phase, MachinePhase::Running);
+        assert_eq!(conn.domain_state("ns_vm").await.unwrap(), DomainState::Running);
+    }
     invalid_spec(
-        driver.set_power(&cfg, &machine_ref(UID), PowerState::Suspended, limits(), grants.clone()).await,
+        driver.set_power(&cfg, &machine_ref(UID), PowerState::Suspended, power_off(PowerOffMode::TrySoft), limits(), grants.clone()).await,
         "does not suspend",
     );
 
     // delete: domain and volumes gone; again is fine; then the machine is not found.
-    driver.delete(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
+    driver.delete(&cfg, &machine_ref(UID), power_off(PowerOffMode::TrySoft), limits(), grants.clone()).await.unwrap();
     assert!(domains_named(&conn, "ns_vm").await.is_empty());
     assert!(volumes(&conn).await.is_empty(), "{:?}", volumes(&conn).await);
-    driver.delete(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap();
+    driver.delete(&cfg, &machine_ref(UID), power_off(PowerOffMode::TrySoft), limits(), grants.clone()).await.unwrap();
     let e = driver.describe(&cfg, &machine_ref(UID), limits(), grants.clone()).await.unwrap_err();
     assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
-    let e = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, limits(), grants).await.unwrap_err();
+    let e = driver.set_power(&cfg, &machine_ref(UID), PowerState::PoweredOn, power_off(PowerOffMode::TrySoft), limits(), grants).await.unwrap_err();
     assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
     assert_eq!(
         conn.domain_state("test").await.unwrap(),
@@ -216,7 +223,7 @@ async fn retries_after_a_crash_reuse_and_clean_up_volumes() {
 
     // A delete that crashed after undefining the domain left the volumes behind: a retry removes them.
     conn.domain_undefine("ns_vm").await.unwrap();
-    driver.delete(&cfg, &machine_ref(UID), limits(), grants).await.unwrap();
+    driver.delete(&cfg, &machine_ref(UID), power_off(PowerOffMode::TrySoft), limits(), grants).await.unwrap();
     assert_eq!(volumes(&conn).await, vec!["ns_vm-2_root.qcow2".to_string()], "only this machine's volumes go");
 }
 
@@ -251,6 +258,6 @@ async fn without_the_libvirt_grant_every_call_is_denied() {
     denied(driver.probe(&cfg, limits(), Grants::default()).await.unwrap_err());
     denied(driver.create(&cfg, &machine(UID), limits(), Grants::default()).await.unwrap_err());
     denied(driver.describe(&cfg, &machine_ref(UID), limits(), Grants::default()).await.unwrap_err());
-    denied(driver.delete(&cfg, &machine_ref(UID), limits(), Grants::default()).await.unwrap_err());
+    denied(driver.delete(&cfg, &machine_ref(UID), power_off(PowerOffMode::TrySoft), limits(), Grants::default()).await.unwrap_err());
     assert!(domains_named(&conn, "ns_vm").await.is_empty());
 }

@@ -187,6 +187,7 @@ impl HttpGrant {
         let timeout = req.timeout_ms.map(|ms| Duration::from_millis(ms.into())).unwrap_or(self.max_request_time).min(self.max_request_time);
         let _permit = self.concurrency.acquire().await.map_err(|_| WitError::Unavailable("HTTP capability closed".into()))?;
         let client = self.client(addr, timeout)?;
+        crate::usage::http_request();
         let mut rb = client.request(method, url);
         for (k, v) in &req.headers {
             if k.eq_ignore_ascii_case("host") {

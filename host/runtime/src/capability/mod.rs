@@ -7,6 +7,7 @@ pub mod http;
 pub mod libvirt;
 pub mod log;
 pub mod secrets;
+pub mod session;
 pub(crate) mod wasi;
 
 /// Generated bindings of the `banlieue:host` interfaces, shared by every world.
@@ -31,6 +32,8 @@ pub struct Grants {
     pub secrets: Option<secrets::SecretsGrant>,
     /// The libvirt connection it may drive, if any.
     pub libvirt: Option<libvirt::LibvirtGrant>,
+    /// The backend session store of its Provider, if any.
+    pub session: Option<session::SessionGrant>,
 }
 
 impl From<WitError> for crate::error::GuestError {

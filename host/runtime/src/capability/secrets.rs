@@ -45,6 +45,25 @@ impl SecretsGrant {
     }
 }
 
+impl SecretsGrant {
+    /// A digest of every granted key's value (keyed per process, so it says nothing
+    /// about the values), to notice rotated credentials without keeping them. A key
+    /// with no value counts as empty.
+    pub async fn fingerprint(&self) -> Result<[u8; 32], WitError> {
+        static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+        let mut h = blake3::Hasher::new_keyed(KEY.get_or_init(rand::random));
+        for key in &self.keys {
+            let value = match self.get(key).await {
+                Err(WitError::NotFound(_)) => String::new(),
+                other => other?,
+            };
+            h.update(&(key.len() as u64).to_le_bytes()).update(key.as_bytes());
+            h.update(&(value.len() as u64).to_le_bytes()).update(value.as_bytes());
+        }
+        Ok(*h.finalize().as_bytes())
+    }
+}
+
 impl Host for HostState {
     async fn get(&mut self, key: String) -> Result<String, WitError> {
         match &self.grants.secrets {

@@ -1,0 +1,674 @@
+//! The Proxmox VE provider driver: one PVE cluster per Provider, reached only
+//! through the host's `http` capability (the grant is the Provider's endpoint),
+//! `secrets` and `session`. It keeps no state: PVE is the source of truth, and
+//! every call is idempotent.
+//!
+//! # Authentication
+//!
+//! Chosen by the keys of the Provider's Secret: `token-id` (`USER@REALM!NAME`,
+//! or `NAME` with `username`) + `token-secret` send
+//! `Authorization: PVEAPIToken=…` on every request (no session); otherwise
+//! `username` + `password` log in (`POST /access/ticket`) and the ticket and CSRF
+//! token are kept in the host's session store (one string, `ticket\ncsrf`,
+//! for an hour) through [`banlieue_sdk::session::with_session`]: a call logs in
+//! only when no ticket is stored or PVE answered 401. Refused credentials are
+//! `denied`.
+//!
+//! # Mapping
+//!
+//! - A failure domain is a PVE node (labels `topology.kubernetes.io/zone` and
+//!   `proxmox.banlieue.io/node` = node name).
+//! - Machine `namespace/name` is the VM named `{name}.{namespace}` (a DNS name:
+//!   a namespace is a single label, so the last label is the namespace).
+//! - The Machine UID is the idempotency key. It is in the VM's tags as
+//!   `banlieue-<uid>` (PVE tags allow lowercase letters, digits and `-`, which is
+//!   what a Kubernetes UID is made of) and in its description as a
+//!   `banlieue-uid: <uid>` line. The description is set by the clone request
+//!   itself, the tag only by the final config write, so a VM that has the
+//!   description but not the tag is a clone whose configuration was interrupted:
+//!   the next `create` finds it (by name, then description) and finishes it, and
+//!   never clones twice.
+//! - The provider ID is `proxmox://<node>/<vmid>` (informational: the driver
+//!   always finds the VM by its UID tag, so a migration does not lose it).
+//! - The boot disk is a full clone (`full=1`) of the template
+//!   (`ImageSource::Template`: a VMID, or the name of a template VM) on storage
+//!   `disks[0].target`, onto node `failure-domain` (a clone to another node
+//!   needs shared storage, as in PVE); it is grown to `size-gib` if larger.
+//!   Further disks are new `scsi<N>` volumes `<target>:<size-gib>`.
+//! - Config written in one `PUT …/config`: `cores`, `memory`, `bios`
+//!   (`ovmf` for UEFI), `agent=1`, `net<i>=virtio[=<kept MAC>],bridge=<nic.network>`
+//!   (template NICs beyond the machine's are deleted), a cloud-init drive
+//!   `<boot storage>:cloudinit` on `ide2` (else the first free IDE slot), `ipconfig<i>=ip=dhcp`,
+//!   from a `#cloud-config` user-data its `user`, `password` and
+//!   `ssh_authorized_keys` as `ciuser`, `cipassword`, `sshkeys` (PVE's API cannot
+//!   store a whole user-data document: `cicustom` needs a snippet file, and
+//!   snippets cannot be uploaded through the API; other keys are reported in the
+//!   `UserData` condition), then the UID tag.
+//!
+//! # Calls
+//!
+//! - `probe`: `/version`; per online node (`/nodes`): CPUs, free memory,
+//!   the mapped storages that exist there, are active and hold VM images
+//!   (`/nodes/{node}/storage`; storage = their free space), the mapped bridges
+//!   that exist there (`/nodes/{node}/network`). A class whose storage or bridge
+//!   a node lacks is not offered on that node.
+//! - `create`: an existing VM with the UID is returned (finished and powered as
+//!   asked); else the spec is checked against PVE (template, node, storages,
+//!   bridges: `invalid-spec` naming what is missing, before anything is made),
+//!   a VMID from `/cluster/nextid` (another one on a collision), clone, wait for
+//!   the task, configure, start if asked. A clone task that fails leaves nothing
+//!   (PVE removes it; the driver deletes a leftover carrying the UID).
+//! - `describe`: `status/current`; addresses from the guest agent
+//!   (`agent/network-get-interfaces`) when it answers (no agent: no addresses,
+//!   phase `waiting-for-address`, not an error).
+//! - `set-power`: on is `status/start`; off follows the power-off mode
+//!   ([`banlieue_sdk::provider::power_off`]): the request is `status/shutdown`
+//!   with `timeout` = the soft timeout, hard is `status/stop`
+//!   (`overrule-shutdown=1`), both tasks waited for. Suspend is refused.
+//! - `delete`: power off per the mode, `DELETE …?purge=1&destroy-unreferenced-disks=1`,
+//!   wait for the task; a VM that is not there is success.
+//! - `import-image` is not supported (the SDK default): PVE's `download-url` and
+//!   upload need a template to be made from them, out of scope.
+
+use banlieue_sdk::provider::{
+    Driver, FailureDomain, Firmware, ImageSource, Inventory, Machine, MachinePhase, MachineRef, MachineStatus,
+    PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
+};
+use banlieue_sdk::{Error, info, warn};
+use serde_json::Value;
+
+pub mod api;
+pub mod pve;
+
+use pve::Pve;
+
+pub struct Proxmox;
+
+const CLONE_TIMEOUT_MS: u64 = 600_000;
+const TASK_TIMEOUT_MS: u64 = 120_000;
+const CLONE_ATTEMPTS: usize = 5;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// A machine created powered off is stopped hard if found running (nothing to shut down gracefully yet).
+const CREATE_POWER_OFF: PowerOff = PowerOff { mode: PowerOffMode::Hard, timeout_ms: 0 };
+
+/// A VM as `/cluster/resources` lists it.
+#[derive(Clone, Debug)]
+struct Vm {
+    node: String,
+    vmid: u64,
+    lock: String,
+    /// Carries the UID tag: its configuration is complete.
+    tagged: bool,
+}
+
+impl Vm {
+    fn path(&self) -> String {
+        format!("/nodes/{}/qemu/{}", api::encode(&self.node), self.vmid)
+    }
+}
+
+fn vms(pve: &Pve) -> Result<Vec<Value>> {
+    match pve.get("/cluster/resources?type=vm")? {
+        Value::Array(a) => Ok(a.into_iter().filter(|v| api::text(v, "type") == "qemu").collect()),
+        other => Err(Error::Internal(format!("/cluster/resources: expected a list, got {other}"))),
+    }
+}
+
+fn vm_of(v: &Value, tagged: bool) -> Option<Vm> {
+    Some(Vm {
+        node: api::text(v, "node").to_string(),
+        vmid: api::num(v.get("vmid"))?,
+        lock: api::text(v, "lock").to_string(),
+        tagged,
+    })
+}
+
+/// The VM of this machine: tagged with its UID, or (an interrupted create)
+/// named after it with the UID in its description.
+fn find(pve: &Pve, uid: &str, vm_name: &str) -> Result<Option<Vm>> {
+    let all = vms(pve)?;
+    let mut tagged: Vec<Vm> = all
+        .iter()
+        .filter(|v| !api::flag(v, "template") && api::has_uid_tag(api::text(v, "tags"), uid))
+        .filter_map(|v| vm_of(v, true))
+        .collect();
+    tagged.sort_by_key(|v| v.vmid);
+    if let Some(first) = tagged.first() {
+        if tagged.len() > 1 {
+            warn!("{} VMs carry the tag of machine {uid}; using VM {}", tagged.len(), first.vmid);
+        }
+        return Ok(Some(first.clone()));
+    }
+    for v in all.iter().filter(|v| api::text(v, "name") == vm_name && !api::flag(v, "template")) {
+        let Some(vm) = vm_of(v, false) else { continue };
+        let cfg = match pve.get(&format!("{}/config", vm.path())) {
+            Ok(c) => c,
+            Err(Error::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        if api::description_has_uid(api::text(&cfg, "description"), uid) {
+            return Ok(Some(vm));
+        }
+    }
+    Ok(None)
+}
+
+fn lookup(pve: &Pve, machine: &MachineRef) -> Result<Vm> {
+    api::check_uid(&machine.uid)?;
+    let name = api::vm_name(&machine.namespace, &machine.name)?;
+    find(pve, &machine.uid, &name)?
+        .ok_or_else(|| Error::NotFound(format!("no Proxmox VM carries machine UID {} ({name})", machine.uid)))
+}
+
+/// `(node, vmid, config)` of the template an image names: a VMID, or a template's name.
+fn resolve_template(pve: &Pve, image: &ImageSource) -> Result<(String, u64)> {
+    let ImageSource::Template(spec) = image else {
+        return Err(Error::InvalidSpec(
+            "the Proxmox driver clones templates: the image source must be a template (VMID or template name)".into(),
+        ));
+    };
+    let spec = spec.trim();
+    let all = vms(pve)?;
+    let found: Vec<&Value> = match spec.parse::<u64>() {
+        Ok(vmid) => all.iter().filter(|v| api::num(v.get("vmid")) == Some(vmid)).collect(),
+        Err(_) => all.iter().filter(|v| api::text(v, "name") == spec && api::flag(v, "template")).collect(),
+    };
+    match found.as_slice() {
+        [v] => Ok((api::text(v, "node").to_string(), api::num(v.get("vmid")).unwrap_or(0))),
+        [] => Err(Error::InvalidSpec(format!("template {spec:?} does not exist on this Proxmox VE cluster"))),
+        _ => Err(Error::InvalidSpec(format!("template name {spec:?} is ambiguous: {} templates have it", found.len()))),
+    }
+}
+
+fn online_nodes(pve: &Pve) -> Result<Vec<Value>> {
+    match pve.get("/nodes")? {
+        Value::Array(a) => Ok(a.into_iter().filter(|n| api::text(n, "status") == "online").collect()),
+        other => Err(Error::Internal(format!("/nodes: expected a list, got {other}"))),
+    }
+}
+
+/// Storages of a node that exist, are enabled and active, and hold VM images: name -> free bytes.
+fn image_storages(pve: &Pve, node: &str) -> Result<Vec<(String, u64)>> {
+    let list = pve.get(&format!("/nodes/{}/storage", api::encode(node)))?;
+    Ok(list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            api::num(s.get("active")).unwrap_or(1) != 0
+                && api::num(s.get("enabled")).unwrap_or(1) != 0
+                && api::text(s, "content").split(',').any(|c| c.trim() == "images")
+        })
+        .map(|s| (api::text(s, "storage").to_string(), api::num(s.get("avail")).unwrap_or(0)))
+        .collect())
+}
+
+/// Bridges of a node (Linux and OVS).
+fn bridges(pve: &Pve, node: &str) -> Result<Vec<String>> {
+    let list = pve.get(&format!("/nodes/{}/network", api::encode(node)))?;
+    Ok(list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| matches!(api::text(n, "type"), "bridge" | "OVSBridge"))
+        .map(|n| api::text(n, "iface").to_string())
+        .collect())
+}
+
+struct Ops<'a> {
+    pve: &'a Pve,
+    vm: &'a Vm,
+    timeout_s: u32,
+}
+
+impl PowerOffOps for Ops<'_> {
+    fn request_shutdown(&mut self) -> Result<()> {
+        let params = [("timeout".to_string(), self.timeout_s.max(1).to_string()), ("forceStop".to_string(), "0".to_string())];
+        match self.pve.task("POST", &format!("{}/status/shutdown", self.vm.path()), &params) {
+            Ok(_) => Ok(()),
+            Err(e) if e.message().contains("not running") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn hard_off(&mut self) -> Result<()> {
+        let params = [("overrule-shutdown".to_string(), "1".to_string())];
+        match self.pve.task("POST", &format!("{}/status/stop", self.vm.path()), &params) {
+            Ok(upid) => self.pve.wait_task(&upid, TASK_TIMEOUT_MS, &format!("stopping VM {}", self.vm.vmid))?,
+            Err(e) if e.message().contains("not running") => {}
+            Err(e) => return Err(e),
+        }
+        if self.is_off()? {
+            Ok(())
+        } else {
+            Err(Error::Unavailable(format!("VM {} is still running after status/stop", self.vm.vmid)))
+        }
+    }
+
+    fn is_off(&mut self) -> Result<bool> {
+        let st = self.pve.get(&format!("{}/status/current", self.vm.path()))?;
+        Ok(api::text(&st, "status") != "running")
+    }
+}
+
+fn stop(pve: &Pve, vm: &Vm, mode: &PowerOff) -> Result<()> {
+    let mut ops = Ops { pve, vm, timeout_s: mode.timeout_ms.div_ceil(1000) };
+    power_off(&mut ops, mode)
+}
+
+fn start(pve: &Pve, vm: &Vm) -> Result<()> {
+    let st = pve.get(&format!("{}/status/current", vm.path()))?;
+    if api::text(&st, "status") == "running" {
+        return Ok(());
+    }
+    let upid = pve.task("POST", &format!("{}/status/start", vm.path()), &[])?;
+    pve.wait_task(&upid, TASK_TIMEOUT_MS, &format!("starting VM {}", vm.vmid))
+}
+
+fn drive_power(pve: &Pve, vm: &Vm, state: PowerState) -> Result<()> {
+    match state {
+        PowerState::PoweredOn => start(pve, vm),
+        PowerState::PoweredOff => stop(pve, vm, &CREATE_POWER_OFF),
+        PowerState::Suspended => Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into())),
+    }
+}
+
+/// The machine's status as PVE has it.
+fn status(pve: &Pve, vm: &Vm, extra: Vec<banlieue_sdk::provider::Condition>) -> Result<MachineStatus> {
+    let st = pve.get(&format!("{}/status/current", vm.path()))?;
+    let running = api::text(&st, "status") == "running";
+    let paused = running && api::text(&st, "qmpstatus") == "paused";
+    let power_state = if paused {
+        PowerState::Suspended
+    } else if running {
+        PowerState::PoweredOn
+    } else {
+        PowerState::PoweredOff
+    };
+    let lock = api::text(&st, "lock").to_string();
+    let lock = if lock.is_empty() { vm.lock.clone() } else { lock };
+    let (addresses, agent) = if running && !paused {
+        match pve.get(&format!("{}/agent/network-get-interfaces", vm.path())) {
+            Ok(data) => {
+                let a = api::agent_addresses(&data);
+                let n = a.len();
+                (a, condition("GuestAgent", true, "Answering", format!("the guest agent reported {n} address(es)")))
+            }
+            Err(e) => (Vec::new(), condition("GuestAgent", false, "NotAnswering", e.message().to_string())),
+        }
+    } else {
+        (Vec::new(), condition("GuestAgent", false, "NotRunning", "the VM is not running"))
+    };
+    let phase = if lock == "clone" || lock == "create" {
+        MachinePhase::Cloning
+    } else if !vm.tagged {
+        MachinePhase::Configuring
+    } else if running && addresses.is_empty() {
+        MachinePhase::WaitingForAddress
+    } else if running {
+        MachinePhase::Running
+    } else {
+        MachinePhase::PoweredOff
+    };
+    let mut conditions = vec![condition(
+        "PoweredOn",
+        running,
+        if running { "Running" } else { "Stopped" },
+        format!("VM {} on node {} is {}", vm.vmid, vm.node, api::text(&st, "status")),
+    )];
+    conditions.push(agent);
+    if !lock.is_empty() {
+        conditions.push(condition("Locked", true, "ConfigLock", format!("the VM config is locked ({lock})")));
+    }
+    conditions.extend(extra);
+    Ok(MachineStatus {
+        provider_id: api::provider_id(&vm.node, vm.vmid),
+        power_state,
+        addresses,
+        conditions,
+        provisioned: vm.tagged && lock.is_empty(),
+        phase,
+    })
+}
+
+/// The boot disk's config key: the first entry of the boot order that is a disk, else the first disk.
+fn boot_disk(cfg: &Value) -> Option<String> {
+    let is_disk = |k: &str| {
+        let v = api::text(cfg, k);
+        !v.is_empty() && !v.contains("media=cdrom") && !v.contains(":cloudinit") && api::drive_storage(v).is_some()
+    };
+    if let Some(order) = api::text(cfg, "boot").strip_prefix("order=") {
+        if let Some(k) = order.split(';').find(|k| is_disk(k)) {
+            return Some(k.to_string());
+        }
+    }
+    for prefix in ["scsi", "virtio", "sata", "ide"] {
+        for i in 0..31 {
+            let k = format!("{prefix}{i}");
+            if is_disk(&k) {
+                return Some(k);
+            }
+        }
+    }
+    None
+}
+
+/// Size in GiB of a drive value's `size=` option (rounded up).
+fn drive_size_gib(value: &str) -> Option<u64> {
+    let size = value.split(',').find_map(|p| p.strip_prefix("size="))?;
+    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(size.len()));
+    let n: f64 = digits.parse().ok()?;
+    let bytes = n * match unit {
+        "K" => 1024.0,
+        "M" => MIB as f64,
+        "" | "G" => GIB as f64,
+        "T" => (GIB * 1024) as f64,
+        _ => return None,
+    };
+    Some((bytes / GIB as f64).ceil() as u64)
+}
+
+/// Write the machine's configuration onto a cloned VM, ending with the UID tag.
+fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::provider::Condition>> {
+    let cfg = pve.get(&format!("{}/config", vm.path()))?;
+    let boot_storage = &machine.disks[0].target;
+    // Grow the boot disk first (a separate call; a retry finds it grown and skips it).
+    if let Some(disk) = boot_disk(&cfg) {
+        let have = drive_size_gib(api::text(&cfg, &disk)).unwrap_or(0);
+        let want = machine.disks[0].size_gib;
+        if want > have {
+            let params = [("disk".to_string(), disk.clone()), ("size".to_string(), format!("{want}G"))];
+            match pve.request("PUT", &format!("{}/resize", vm.path()), &params)? {
+                Value::String(upid) if upid.starts_with("UPID:") => {
+                    pve.wait_task(&upid, TASK_TIMEOUT_MS, &format!("resizing {disk} of VM {}", vm.vmid))?
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut params: Vec<(String, String)> = vec![
+        ("cores".into(), machine.cpus.max(1).to_string()),
+        ("memory".into(), machine.memory_mib.to_string()),
+        ("bios".into(), if machine.firmware == Firmware::Uefi { "ovmf" } else { "seabios" }.into()),
+        ("agent".into(), "1".into()),
+    ];
+    let mut delete: Vec<String> = Vec::new();
+    for (i, nic) in machine.nics.iter().enumerate() {
+        let key = format!("net{i}");
+        let existing = cfg.get(&key).and_then(Value::as_str);
+        params.push((key, api::net_value(&nic.network, existing)));
+        params.push((format!("ipconfig{i}"), "ip=dhcp".into()));
+    }
+    for i in machine.nics.len()..32 {
+        if cfg.get(format!("net{i}")).is_some() {
+            delete.push(format!("net{i}"));
+        }
+    }
+    // Further disks: scsi slots after the ones the template uses.
+    let mut slot = 0;
+    for disk in machine.disks.iter().skip(1) {
+        while cfg.get(format!("scsi{slot}")).is_some() || params.iter().any(|(k, _)| *k == format!("scsi{slot}")) {
+            slot += 1;
+        }
+        params.push((format!("scsi{slot}"), format!("{}:{}", disk.target, disk.size_gib.max(1))));
+    }
+    let has_cloudinit = cfg.as_object().into_iter().flatten().any(|(_, v)| v.as_str().is_some_and(|s| s.contains(":cloudinit")));
+    if !has_cloudinit {
+        let slot = [2, 0, 1, 3].iter().map(|i| format!("ide{i}")).find(|k| cfg.get(k).is_none()).ok_or_else(|| {
+            Error::InvalidSpec(format!("VM {} has no free IDE slot for the cloud-init drive", vm.vmid))
+        })?;
+        params.push((slot, format!("{boot_storage}:cloudinit")));
+    }
+    let mut conditions = Vec::new();
+    if let Some(ud) = machine.user_data.as_deref().filter(|u| !u.trim().is_empty()) {
+        let ci = api::cloud_init(ud);
+        params.extend(ci.params);
+        if ci.ignored.is_empty() {
+            conditions.push(condition("UserData", true, "Mapped", "user-data mapped to PVE cloud-init keys"));
+        } else {
+            conditions.push(condition(
+                "UserData",
+                false,
+                "PartiallyMapped",
+                format!("PVE's API carries only user, password and ssh_authorized_keys; ignored: {}", ci.ignored.join(", ")),
+            ));
+        }
+    }
+    if !delete.is_empty() {
+        params.push(("delete".into(), delete.join(",")));
+    }
+    params.push(("tags".into(), api::with_uid_tag(api::text(&cfg, "tags"), &machine.uid)));
+    pve.request("PUT", &format!("{}/config", vm.path()), &params)
+        .map_err(|e| e.context(format_args!("configuring VM {}", vm.vmid)))?;
+    Ok(conditions)
+}
+
+/// Remove a VM a failed create left behind, if it is this machine's.
+fn clean_up(pve: &Pve, machine: &Machine, vm_name: &str, vmid: u64) {
+    match find(pve, &machine.uid, vm_name) {
+        Ok(Some(vm)) if vm.vmid == vmid => {
+            let r = pve
+                .task("DELETE", &vm.path(), &[("purge".into(), "1".into()), ("destroy-unreferenced-disks".into(), "1".into())])
+                .and_then(|upid| pve.wait_task(&upid, TASK_TIMEOUT_MS, "removing a failed clone"));
+            if let Err(e) = r {
+                warn!("could not remove VM {vmid} left by a failed clone: {}", e.message());
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Driver for Proxmox {
+    fn probe(config: &ProviderConfig) -> Result<Inventory> {
+        let pve = Pve::connect(config)?;
+        let version = pve.get("/version")?;
+        let backend_version = Some(format!("Proxmox VE {}", api::text(&version, "version")));
+        let mut failure_domains = Vec::new();
+        for node in online_nodes(&pve)? {
+            let name = api::text(&node, "node").to_string();
+            let storages = image_storages(&pve, &name)?;
+            let nets = bridges(&pve, &name)?;
+            let storage_classes: Vec<String> = config
+                .storage_classes
+                .iter()
+                .filter(|(_, target)| storages.iter().any(|(s, _)| s == target))
+                .map(|(class, _)| class.clone())
+                .collect();
+            let mut used: Vec<&str> = Vec::new();
+            let mut free_bytes = 0u64;
+            for (_, target) in &config.storage_classes {
+                if let Some((s, avail)) = storages.iter().find(|(s, _)| s == target) {
+                    if !used.contains(&s.as_str()) {
+                        used.push(s);
+                        free_bytes += avail;
+                    }
+                }
+            }
+            let network_classes: Vec<String> =
+                config.network_classes.iter().filter(|(_, b)| nets.contains(b)).map(|(class, _)| class.clone()).collect();
+            let maxmem = api::num(node.get("maxmem")).unwrap_or(0);
+            let mem = api::num(node.get("mem")).unwrap_or(0);
+            failure_domains.push(FailureDomain {
+                labels: vec![
+                    ("topology.kubernetes.io/zone".into(), name.clone()),
+                    ("proxmox.banlieue.io/node".into(), name.clone()),
+                ],
+                capacity: banlieue_sdk::provider::Capacity {
+                    cpus: api::num(node.get("maxcpu")).unwrap_or(0),
+                    memory_mib: maxmem.saturating_sub(mem) / MIB,
+                    storage_gib: free_bytes / GIB,
+                },
+                storage_classes,
+                network_classes,
+                features: config.features.clone(),
+                name,
+            });
+        }
+        Ok(Inventory { backend_version, failure_domains })
+    }
+
+    fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        api::check_uid(&machine.uid)?;
+        let vm_name = api::vm_name(&machine.namespace, &machine.name)?;
+        if machine.disks.is_empty() {
+            return Err(Error::InvalidSpec("a machine needs a boot disk (disks[0])".into()));
+        }
+        if machine.power_state == PowerState::Suspended {
+            return Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into()));
+        }
+        let pve = Pve::connect(config)?;
+        if let Some(mut vm) = find(&pve, &machine.uid, &vm_name)? {
+            if vm.lock == "clone" || vm.lock == "create" {
+                return status(&pve, &vm, Vec::new());
+            }
+            let mut extra = Vec::new();
+            if !vm.tagged {
+                info!("finishing the configuration of VM {} ({vm_name}) left by an interrupted create", vm.vmid);
+                extra = configure(&pve, &vm, machine)?;
+                vm.tagged = true;
+            }
+            drive_power(&pve, &vm, machine.power_state)?;
+            return status(&pve, &vm, extra);
+        }
+
+        // Check the spec against the cluster before making anything.
+        let (template_node, template_vmid) = resolve_template(&pve, &machine.image)?;
+        let nodes = online_nodes(&pve)?;
+        let target = if machine.failure_domain.is_empty() { template_node.clone() } else { machine.failure_domain.clone() };
+        if !nodes.iter().any(|n| api::text(n, "node") == target) {
+            return Err(Error::InvalidSpec(format!("failure domain {target:?} is not an online Proxmox VE node")));
+        }
+        let storages = image_storages(&pve, &target)?;
+        for disk in &machine.disks {
+            if !storages.iter().any(|(s, _)| *s == disk.target) {
+                return Err(Error::InvalidSpec(format!(
+                    "storage {:?} (disk {}) does not exist on node {target}, is not active, or does not hold VM images",
+                    disk.target, disk.name
+                )));
+            }
+        }
+        let nets = bridges(&pve, &target)?;
+        for nic in &machine.nics {
+            if !nets.contains(&nic.network) {
+                return Err(Error::InvalidSpec(format!("bridge {:?} (nic {}) does not exist on node {target}", nic.network, nic.name)));
+            }
+        }
+
+        let mut created = None;
+        let mut last = String::new();
+        for _ in 0..CLONE_ATTEMPTS {
+            let newid = api::num(Some(&pve.get("/cluster/nextid")?))
+                .ok_or_else(|| Error::Internal("/cluster/nextid did not answer a VMID".into()))?;
+            let mut params: Vec<(String, String)> = vec![
+                ("newid".into(), newid.to_string()),
+                ("name".into(), vm_name.clone()),
+                ("full".into(), "1".into()),
+                ("storage".into(), machine.disks[0].target.clone()),
+                ("description".into(), api::description(&machine.namespace, &machine.name, &machine.uid)),
+            ];
+            if target != template_node {
+                params.push(("target".into(), target.clone()));
+            }
+            let path = format!("/nodes/{}/qemu/{template_vmid}/clone", api::encode(&template_node));
+            let upid = match pve.task("POST", &path, &params) {
+                Ok(u) => u,
+                Err(e) if api::is_collision(e.message()) => {
+                    last = e.message().to_string();
+                    continue;
+                }
+                Err(Error::NotFound(m)) => {
+                    return Err(Error::InvalidSpec(format!("template VM {template_vmid} on {template_node}: {m}")));
+                }
+                Err(e) => return Err(e.context(format_args!("cloning template {template_vmid}"))),
+            };
+            match pve.wait_task(&upid, CLONE_TIMEOUT_MS, &format!("cloning template {template_vmid} to VM {newid}")) {
+                Ok(()) => {
+                    created = Some(newid);
+                    break;
+                }
+                Err(e) if api::is_collision(e.message()) => {
+                    last = e.message().to_string();
+                    continue;
+                }
+                Err(e) if e.is_retryable() && e.message().contains("still running") => return Err(e),
+                Err(e) => {
+                    clean_up(&pve, machine, &vm_name, newid);
+                    return Err(e);
+                }
+            }
+        }
+        let Some(vmid) = created else {
+            return Err(Error::Unavailable(format!("no free VMID after {CLONE_ATTEMPTS} attempts: {last}")));
+        };
+        let mut vm = Vm { node: target, vmid, lock: String::new(), tagged: false };
+        info!("cloned template {template_vmid} to VM {vmid} ({vm_name}) on {}", vm.node);
+        let extra = configure(&pve, &vm, machine)?;
+        vm.tagged = true;
+        drive_power(&pve, &vm, machine.power_state)?;
+        status(&pve, &vm, extra)
+    }
+
+    fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
+        let pve = Pve::connect(config)?;
+        let vm = lookup(&pve, machine)?;
+        status(&pve, &vm, Vec::new())
+    }
+
+    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, power_off: &PowerOff) -> Result<MachineStatus> {
+        let pve = Pve::connect(config)?;
+        let vm = lookup(&pve, machine)?;
+        match state {
+            PowerState::PoweredOn => start(&pve, &vm)?,
+            PowerState::PoweredOff => stop(&pve, &vm, power_off)?,
+            PowerState::Suspended => return Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into())),
+        }
+        status(&pve, &vm, Vec::new())
+    }
+
+    fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()> {
+        let pve = Pve::connect(config)?;
+        let vm = match lookup(&pve, machine) {
+            Ok(vm) => vm,
+            Err(Error::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match stop(&pve, &vm, power_off) {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let params = [("purge".to_string(), "1".to_string()), ("destroy-unreferenced-disks".to_string(), "1".to_string())];
+        let upid = match pve.task("DELETE", &vm.path(), &params) {
+            Ok(u) => u,
+            Err(Error::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        banlieue_sdk::provider::ignore_not_found(pve.wait_task(&upid, TASK_TIMEOUT_MS, &format!("destroying VM {}", vm.vmid)))
+    }
+}
+
+banlieue_sdk::export_provider!(Proxmox);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn boot_disk_follows_boot_order() {
+        let cfg = json!({"boot": "order=ide2;scsi1;net0", "ide2": "local:iso/x.iso,media=cdrom", "scsi0": "local-lvm:vm-1-disk-0", "scsi1": "local-lvm:vm-1-disk-1"});
+        assert_eq!(boot_disk(&cfg).as_deref(), Some("scsi1"));
+        let cfg = json!({"virtio0": "local-lvm:vm-1-disk-0,size=4G", "ide2": "local-lvm:cloudinit"});
+        assert_eq!(boot_disk(&cfg).as_deref(), Some("virtio0"));
+        assert_eq!(boot_disk(&json!({})), None);
+    }
+
+    #[test]
+    fn drive_sizes_round_up_to_gib() {
+        assert_eq!(drive_size_gib("local-lvm:vm-1-disk-0,size=4G"), Some(4));
+        assert_eq!(drive_size_gib("local-lvm:vm-1-disk-0,size=2252M"), Some(3));
+        assert_eq!(drive_size_gib("local-lvm:vm-1-disk-0,size=1T"), Some(1024));
+        assert_eq!(drive_size_gib("local-lvm:vm-1-disk-0"), None);
+    }
+}

@@ -1,0 +1,695 @@
+//! The vSphere provider driver: vCenter's vim25 SOAP API, reached only through
+//! the host's `http` capability (granted for the Provider's endpoint), with the
+//! Provider Secret's `username` / `password` and the host-held session store.
+//! It keeps no state: vCenter is the source of truth, and every call is
+//! idempotent.
+//!
+//! # Mapping
+//!
+//! - Session: `SessionManager.Login` once, its `vmware_soap_session` cookie kept
+//!   by the host ([`banlieue_sdk::session::with_session`], 30 min); a
+//!   `NotAuthenticated` fault means it was rejected (log in again once). A bad
+//!   password (`InvalidLogin`) is `denied`.
+//! - Failure domains are compute clusters, named after the cluster (or
+//!   `{datacenter}/{cluster}` when two datacenters have a cluster of that name),
+//!   labelled `topology.kubernetes.io/region` = datacenter and
+//!   `topology.kubernetes.io/zone` = cluster. Standalone hosts are not offered.
+//! - A storage class maps to a datastore name, a network class to a port group
+//!   (standard or distributed) name; a domain offers a class only if the cluster
+//!   sees that datastore (accessible) or network. Free capacity: CPU cores and
+//!   memory the cluster's connected hosts do not use (host quick stats), and the
+//!   free space of the offered datastores.
+//! - A Machine is the VM named `{namespace}_{name}` (an underscore cannot occur
+//!   in a Kubernetes name, so this is unambiguous) whose `config.instanceUuid` is
+//!   the Machine UID — the idempotency key: every call finds the VM with
+//!   `SearchIndex.FindByUuid(instanceUuid)`, never by name.
+//! - The provider ID is `vsphere://{config.uuid}` (the BIOS UUID), as CAPV and
+//!   the vSphere cloud provider write it on the Node.
+//! - `create` clones the template named by the `template` image source (an
+//!   inventory path if it contains `/`, else a VM or template of that name,
+//!   templates first) into the datacenter's VM folder, the cluster's root
+//!   resource pool and the first disk's datastore; the clone spec sets CPUs,
+//!   memory, firmware, the instance UUID, replaces the template's NICs with one
+//!   vmxnet3 per NIC on its network, and sets the extraConfig keys of the VMware
+//!   cloud-init datasource: `guestinfo.userdata` (+ `.encoding` = `base64`) and
+//!   `guestinfo.metadata` (JSON with `instance-id` = UID and `local-hostname` =
+//!   name, base64). The clone is made powered off; the VM is then reconfigured
+//!   if its CPUs or memory differ from the spec (vcsim ignores them in a clone
+//!   spec) and powered on if asked. A `DuplicateName` fault is ours if the VM
+//!   with our UUID exists meanwhile, otherwise the name belongs to another VM
+//!   (`invalid-spec`). Only the boot disk is realised: its size is the
+//!   template's, and further disks are not added yet (logged).
+//! - `describe`: power state from `runtime.powerState`; addresses (InternalIP)
+//!   from `guest.ipAddress` and `guest.net[].ipAddress` (IPv6 link-local left
+//!   out), and `guest.hostName` as Hostname; the phase is `powering-on` …
+//!   `waiting-for-address` (on, no address) / `running` / `powered-off`.
+//! - `set-power`: on is `PowerOnVM_Task`, suspended `SuspendVM_Task`; off goes
+//!   through [`power_off`]: `ShutdownGuest` is the request (a `ToolsUnavailable`
+//!   fault is `invalid-spec`, so try-soft falls back), `PowerOffVM_Task` the
+//!   hard way, `runtime.powerState` the poll.
+//! - `delete`: power off per the mode, `Destroy_Task`; a VM already gone is success.
+//! - Faults: `NotFound` / `ManagedObjectNotFound` → `not-found`; busy or
+//!   unreachable (`TaskInProgress`, HTTP 5xx without a SOAP fault, connect
+//!   errors) → `unavailable`; invalid arguments → `invalid-spec`; the message
+//!   names the operation and object and carries vCenter's message.
+//! - `import-image` is not supported (the SDK default).
+
+use banlieue_sdk::http::{Client, base64};
+use banlieue_sdk::provider::{
+    Address, AddressType, Capacity, Driver, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineRef,
+    MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
+};
+use banlieue_sdk::session::{SessionError, with_session};
+use banlieue_sdk::{Error, info, warn};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub mod soap;
+pub mod vim;
+
+use soap::{ConfigSpec, MoRef, NetworkBacking, Node, ObjectContent, PropSpec};
+use vim::{VResult, Vim, is_fault};
+
+pub struct VSphere;
+
+/// The VM name of a machine.
+pub fn vm_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}_{name}")
+}
+
+/// Run `f` with a logged-in client (the stored session, or a new one).
+fn with_vim<T>(config: &ProviderConfig, mut f: impl FnMut(&Vim) -> VResult<T>) -> Result<T> {
+    let url = vim::sdk_url(&config.endpoint);
+    let http = Client::new(url.clone()).timeout_ms(60_000);
+    let sc = vim::service_content(&http, &url)?;
+    with_session(
+        || {
+            let (user, password) = banlieue_sdk::secrets::basic_credentials("")?;
+            info!("logging in to vCenter {url} as {user}");
+            Ok((vim::login(&http, &url, &sc, &user, &password)?, vim::SESSION_TTL_S))
+        },
+        |cookie| f(&Vim { http: &http, url: &url, cookie, sc: &sc }),
+    )
+}
+
+// ------------------------------------------------------------------ inventory
+
+const INVENTORY: &[PropSpec] = &[
+    PropSpec { kind: "Folder", paths: &["name", "parent"] },
+    PropSpec { kind: "Datacenter", paths: &["name", "parent", "vmFolder"] },
+    PropSpec { kind: "ClusterComputeResource", paths: &["name", "parent", "host", "datastore", "network", "resourcePool"] },
+    PropSpec {
+        kind: "HostSystem",
+        paths: &[
+            "summary.hardware.numCpuCores",
+            "summary.hardware.cpuMhz",
+            "summary.hardware.memorySize",
+            "summary.quickStats.overallCpuUsage",
+            "summary.quickStats.overallMemoryUsage",
+            "runtime.connectionState",
+            "runtime.inMaintenanceMode",
+        ],
+    },
+    PropSpec { kind: "Datastore", paths: &["name", "summary.freeSpace", "summary.accessible"] },
+    PropSpec { kind: "Network", paths: &["name"] },
+    PropSpec { kind: "DistributedVirtualPortgroup", paths: &["key", "config.distributedVirtualSwitch"] },
+    PropSpec { kind: "DistributedVirtualSwitch", paths: &["uuid"] },
+];
+
+const VMS: &[PropSpec] = &[PropSpec { kind: "VirtualMachine", paths: &["name", "config.template"] }];
+
+/// The objects of the inventory, by reference.
+struct Inv(BTreeMap<MoRef, ObjectContent>);
+
+/// A cluster, its datacenter and its failure-domain name.
+struct Cluster<'a> {
+    obj: &'a ObjectContent,
+    name: String,
+    datacenter: &'a ObjectContent,
+}
+
+impl Inv {
+    fn read(vim: &Vim, specs: &[PropSpec]) -> VResult<Inv> {
+        Ok(Inv(vim.inventory(specs)?.into_iter().filter_map(|o| Some((o.obj.clone()?, o))).collect()))
+    }
+
+    fn get(&self, r: &MoRef) -> Option<&ObjectContent> {
+        self.0.get(r)
+    }
+
+    fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a ObjectContent> + 'a {
+        self.0.iter().filter(move |(r, _)| r.kind == kind).map(|(_, o)| o)
+    }
+
+    /// The datacenter above an object.
+    fn datacenter_of(&self, o: &ObjectContent) -> Option<&ObjectContent> {
+        let mut cur = o.reference("parent");
+        for _ in 0..64 {
+            let r = cur?;
+            let obj = self.get(&r)?;
+            if r.kind == "Datacenter" {
+                return Some(obj);
+            }
+            cur = obj.reference("parent");
+        }
+        None
+    }
+
+    /// Every cluster with its failure-domain name.
+    fn clusters(&self) -> Vec<Cluster<'_>> {
+        let mut out: Vec<Cluster> = self
+            .of_kind("ClusterComputeResource")
+            .filter_map(|c| {
+                Some(Cluster { obj: c, name: c.str("name")?.to_string(), datacenter: self.datacenter_of(c)? })
+            })
+            .collect();
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for c in &out {
+            *count.entry(c.name.clone()).or_default() += 1;
+        }
+        for c in &mut out {
+            if count[&c.name] > 1 {
+                c.name = format!("{}/{}", c.datacenter.str("name").unwrap_or(""), c.name);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The datastore named `name` the cluster sees.
+    fn datastore_in(&self, c: &Cluster, name: &str) -> Option<(MoRef, &ObjectContent)> {
+        c.obj.refs("datastore").into_iter().find_map(|r| {
+            let o = self.get(&r)?;
+            (o.str("name") == Some(name) && o.str("summary.accessible") != Some("false")).then_some((r, o))
+        })
+    }
+
+    /// The NIC backing for the network named `name` the cluster sees.
+    fn network_in(&self, c: &Cluster, name: &str) -> Option<NetworkBacking> {
+        c.obj.refs("network").into_iter().find_map(|r| {
+            let o = self.get(&r)?;
+            if o.str("name") != Some(name) {
+                return None;
+            }
+            if r.kind == "DistributedVirtualPortgroup" {
+                let switch = o.reference("config.distributedVirtualSwitch")?;
+                let uuid = self.get(&switch)?.str("uuid")?.to_string();
+                Some(NetworkBacking::Distributed { switch_uuid: uuid, portgroup_key: o.str("key")?.to_string() })
+            } else {
+                Some(NetworkBacking::Standard { name: name.to_string(), network: r })
+            }
+        })
+    }
+}
+
+fn failure_domain(config: &ProviderConfig, inv: &Inv, c: &Cluster) -> FailureDomain {
+    let (mut cpus, mut memory_mib) = (0u64, 0u64);
+    for h in c.obj.refs("host").iter().filter_map(|r| inv.get(r)) {
+        if h.str("runtime.connectionState").is_some_and(|s| s != "connected")
+            || h.str("runtime.inMaintenanceMode") == Some("true")
+        {
+            continue;
+        }
+        let cores = h.u64("summary.hardware.numCpuCores");
+        let mhz = h.u64("summary.hardware.cpuMhz").max(1);
+        cpus += cores.saturating_sub(h.u64("summary.quickStats.overallCpuUsage").div_ceil(mhz));
+        memory_mib += (h.u64("summary.hardware.memorySize") >> 20).saturating_sub(h.u64("summary.quickStats.overallMemoryUsage"));
+    }
+    let mut storage_classes = Vec::new();
+    let mut offered = BTreeSet::new();
+    let mut storage_gib = 0;
+    for (class, target) in &config.storage_classes {
+        if let Some((r, ds)) = inv.datastore_in(c, target) {
+            storage_classes.push(class.clone());
+            if offered.insert(r) {
+                storage_gib += ds.u64("summary.freeSpace") >> 30;
+            }
+        }
+    }
+    let network_classes =
+        config.network_classes.iter().filter(|(_, n)| inv.network_in(c, n).is_some()).map(|(k, _)| k.clone()).collect();
+    let dc = c.datacenter.str("name").unwrap_or("").to_string();
+    FailureDomain {
+        name: c.name.clone(),
+        labels: vec![
+            ("topology.kubernetes.io/region".into(), dc),
+            ("topology.kubernetes.io/zone".into(), c.obj.str("name").unwrap_or("").to_string()),
+        ],
+        capacity: Capacity { cpus, memory_mib, storage_gib },
+        storage_classes,
+        network_classes,
+        features: config.features.clone(),
+    }
+}
+
+// ------------------------------------------------------------------ machines
+
+const VM_STATUS: &[&str] = &[
+    "name",
+    "config.uuid",
+    "runtime.powerState",
+    "guest.ipAddress",
+    "guest.net",
+    "guest.hostName",
+    "guest.toolsRunningStatus",
+];
+
+fn power_state(s: Option<&str>) -> PowerState {
+    match s {
+        Some("poweredOn") => PowerState::PoweredOn,
+        Some("suspended") => PowerState::Suspended,
+        _ => PowerState::PoweredOff,
+    }
+}
+
+/// The guest's addresses: `guest.ipAddress` first, then every NIC's, without duplicates or link-local IPv6.
+pub fn addresses(vm: &ObjectContent) -> Vec<Address> {
+    let mut ips: Vec<String> = Vec::new();
+    let mut push = |ip: &str| {
+        let ip = ip.trim();
+        if !ip.is_empty() && !ip.to_ascii_lowercase().starts_with("fe80:") && !ips.iter().any(|i| i == ip) {
+            ips.push(ip.to_string());
+        }
+    };
+    if let Some(ip) = vm.str("guest.ipAddress") {
+        push(ip);
+    }
+    if let Some(net) = vm.props.get("guest.net") {
+        for nic in &net.children {
+            for ip in nic.all("ipAddress") {
+                push(&ip.text);
+            }
+        }
+    }
+    let mut out: Vec<Address> = ips.into_iter().map(|a| Address { type_: AddressType::InternalIp, address: a }).collect();
+    if let Some(h) = vm.str("guest.hostName").filter(|h| !h.is_empty()) {
+        out.push(Address { type_: AddressType::Hostname, address: h.to_string() });
+    }
+    out
+}
+
+/// The machine status of a VM read with [`VM_STATUS`].
+pub fn status(vm: &ObjectContent) -> MachineStatus {
+    let name = vm.str("name").unwrap_or("?");
+    let state = power_state(vm.str("runtime.powerState"));
+    let addresses = addresses(vm);
+    let has_ip = addresses.iter().any(|a| a.type_ == AddressType::InternalIp);
+    let phase = match state {
+        PowerState::PoweredOn if has_ip => MachinePhase::Running,
+        PowerState::PoweredOn => MachinePhase::WaitingForAddress,
+        _ => MachinePhase::PoweredOff,
+    };
+    let on = state == PowerState::PoweredOn;
+    let tools = vm.str("guest.toolsRunningStatus").unwrap_or("unknown");
+    MachineStatus {
+        provider_id: format!("vsphere://{}", vm.str("config.uuid").unwrap_or("")),
+        power_state: state,
+        conditions: vec![
+            condition(
+                "PoweredOn",
+                on,
+                vm.str("runtime.powerState").unwrap_or("unknown"),
+                format!("vSphere VM {name} is {}", vm.str("runtime.powerState").unwrap_or("in an unknown power state")),
+            ),
+            condition(
+                "AddressReported",
+                has_ip,
+                if has_ip { "GuestReported" } else { "NoAddress" },
+                format!("VMware Tools: {tools}"),
+            ),
+        ],
+        addresses,
+        provisioned: true,
+        phase,
+    }
+}
+
+/// The machine's VM, or `not-found`.
+fn lookup(vim: &Vim, uid: &str, what: &str) -> VResult<MoRef> {
+    vim.find_vm(uid)?.ok_or_else(|| Error::NotFound(format!("no vSphere VM has instanceUuid {uid} ({what})")).into())
+}
+
+fn describe_vm(vim: &Vim, vm: &MoRef) -> VResult<MachineStatus> {
+    Ok(status(&vim.props(vm, VM_STATUS)?))
+}
+
+/// Powering one VM off.
+struct VmPower<'a, 'b> {
+    vim: &'a Vim<'b>,
+    vm: MoRef,
+    name: String,
+    /// The session was rejected midway: reported once `power_off` returns.
+    rejected: Option<String>,
+}
+
+impl VmPower<'_, '_> {
+    fn lift<T>(&mut self, r: VResult<T>) -> Result<T> {
+        r.map_err(|e| match e {
+            SessionError::Failed(e) => e,
+            SessionError::Rejected(m) => {
+                self.rejected = Some(m.clone());
+                Error::Unavailable(m)
+            }
+        })
+    }
+
+    fn state(&mut self) -> Result<PowerState> {
+        let r = self.vim.props(&self.vm, &["runtime.powerState"]);
+        Ok(power_state(self.lift(r)?.str("runtime.powerState")))
+    }
+}
+
+impl PowerOffOps for VmPower<'_, '_> {
+    fn request_shutdown(&mut self) -> Result<()> {
+        info!("shutting down the guest of vSphere VM {}", self.name);
+        let r = self.vim.call(&format!("ShutdownGuest {}", self.name), &soap::simple("ShutdownGuest", &self.vm));
+        match r {
+            Err(e) if is_fault(&e, "InvalidPowerState") && self.is_off()? => Ok(()),
+            Err(e) if is_fault(&e, "ToolsUnavailable") => Err(Error::InvalidSpec(format!(
+                "VMware Tools are not running in vSphere VM {}: the guest cannot be asked to shut down ({})",
+                self.name,
+                match &e {
+                    SessionError::Failed(e) => e.message().to_string(),
+                    SessionError::Rejected(m) => m.clone(),
+                }
+            ))),
+            other => self.lift(other.map(|_| ())),
+        }
+    }
+
+    fn hard_off(&mut self) -> Result<()> {
+        info!("powering off vSphere VM {}", self.name);
+        let r = self.vim.run_task(&format!("PowerOffVM_Task {}", self.name), &soap::simple("PowerOffVM_Task", &self.vm));
+        match r {
+            Err(e) if is_fault(&e, "InvalidPowerState") && self.is_off()? => Ok(()),
+            other => self.lift(other.map(|_| ())),
+        }
+    }
+
+    fn is_off(&mut self) -> Result<bool> {
+        Ok(self.state()? == PowerState::PoweredOff)
+    }
+}
+
+fn vm_name_of(vim: &Vim, vm: &MoRef) -> VResult<String> {
+    Ok(vim.props(vm, &["name"])?.str("name").unwrap_or(&vm.value).to_string())
+}
+
+/// Drive a VM towards `target`.
+fn ensure_power(vim: &Vim, vm: &MoRef, target: PowerState, off: &PowerOff) -> VResult<()> {
+    let props = vim.props(vm, &["name", "runtime.powerState"])?;
+    let name = props.str("name").unwrap_or(&vm.value).to_string();
+    let current = power_state(props.str("runtime.powerState"));
+    if current == target {
+        return Ok(());
+    }
+    let (method, what) = match target {
+        PowerState::PoweredOn => ("PowerOnVM_Task", "powering on"),
+        PowerState::Suspended if current == PowerState::PoweredOff => {
+            return Err(Error::InvalidSpec(format!("vSphere VM {name} is powered off and cannot be suspended")).into());
+        }
+        PowerState::Suspended => ("SuspendVM_Task", "suspending"),
+        PowerState::PoweredOff => {
+            let mut ops = VmPower { vim, vm: vm.clone(), name, rejected: None };
+            let r = power_off(&mut ops, off);
+            if let Some(m) = ops.rejected {
+                return Err(SessionError::Rejected(m));
+            }
+            return Ok(r?);
+        }
+    };
+    info!("{what} vSphere VM {name}");
+    match vim.run_task(&format!("{method} {name}"), &soap::simple(method, vm)) {
+        Err(e) if is_fault(&e, "InvalidPowerState") && power_state(vim.props(vm, &["runtime.powerState"])?.str("runtime.powerState")) == target => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Base64 of the cloud-init metadata for the VMware datasource.
+fn metadata(machine: &Machine) -> String {
+    let json = format!(
+        "{{\"instance-id\":\"{}\",\"local-hostname\":\"{}\"}}",
+        machine.uid.replace(['"', '\\'], ""),
+        machine.name.replace(['"', '\\'], "")
+    );
+    base64(json.as_bytes())
+}
+
+/// The extraConfig of a machine.
+pub fn extra_config(machine: &Machine) -> Vec<(String, String)> {
+    let mut out = vec![
+        ("guestinfo.metadata".to_string(), metadata(machine)),
+        ("guestinfo.metadata.encoding".to_string(), "base64".to_string()),
+    ];
+    if let Some(ud) = &machine.user_data {
+        out.push(("guestinfo.userdata".into(), base64(ud.as_bytes())));
+        out.push(("guestinfo.userdata.encoding".into(), "base64".into()));
+    }
+    out
+}
+
+/// The template to clone from.
+fn find_template(vim: &Vim, inv: &Inv, name: &str) -> VResult<MoRef> {
+    if name.contains('/') {
+        if let Some(r) = vim.find_by_path(name)?.filter(|r| r.kind == "VirtualMachine") {
+            return Ok(r);
+        }
+    } else {
+        let mut found: Vec<(bool, MoRef)> = inv
+            .of_kind("VirtualMachine")
+            .filter(|v| v.str("name") == Some(name))
+            .filter_map(|v| Some((v.str("config.template") != Some("true"), v.obj.clone()?)))
+            .collect();
+        found.sort();
+        if let Some((_, r)) = found.into_iter().next() {
+            return Ok(r);
+        }
+    }
+    Err(Error::InvalidSpec(format!("template {name:?} does not exist in vCenter")).into())
+}
+
+/// The ethernet cards of a VM: (xsi type, key).
+fn ethernet_cards(devices: Option<&Node>) -> Vec<(String, i32)> {
+    devices
+        .map(|d| {
+            d.children
+                .iter()
+                .filter(|dev| dev.child("addressType").is_some() || dev.child("macAddress").is_some())
+                .filter_map(|dev| Some((dev.xsi_type.clone()?, dev.str_at("key")?.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Clone the machine's VM; returns it.
+fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
+    let name = vm_name(&machine.namespace, &machine.name);
+    let ImageSource::Template(template) = &machine.image else {
+        return Err(Error::InvalidSpec(format!(
+            "the vSphere driver clones VMs from templates; {name} has another image source"
+        ))
+        .into());
+    };
+    let mut specs: Vec<PropSpec> = INVENTORY.iter().map(|s| PropSpec { kind: s.kind, paths: s.paths }).collect();
+    specs.extend(VMS.iter().map(|s| PropSpec { kind: s.kind, paths: s.paths }));
+    let inv = Inv::read(vim, &specs)?;
+    let clusters = inv.clusters();
+    let cluster = clusters.iter().find(|c| c.name == machine.failure_domain).ok_or_else(|| {
+        Error::InvalidSpec(format!("failure domain {:?} is not a vSphere cluster of this vCenter", machine.failure_domain))
+    })?;
+    let pool = cluster.obj.reference("resourcePool").ok_or_else(|| {
+        Error::Internal(format!("cluster {} has no resource pool", cluster.name))
+    })?;
+    let folder = cluster.datacenter.reference("vmFolder").ok_or_else(|| {
+        Error::Internal(format!("datacenter {} has no VM folder", cluster.datacenter.str("name").unwrap_or("?")))
+    })?;
+    let datastore = match machine.disks.first() {
+        Some(d) => Some(
+            inv.datastore_in(cluster, &d.target)
+                .ok_or_else(|| {
+                    Error::InvalidSpec(format!("datastore {:?} is not available in cluster {}", d.target, cluster.name))
+                })?
+                .0,
+        ),
+        None => None,
+    };
+    if machine.disks.len() > 1 {
+        warn!("{name}: only the boot disk is cloned; {} further disk(s) are not added", machine.disks.len() - 1);
+    }
+    let add_nics = machine
+        .nics
+        .iter()
+        .map(|n| {
+            inv.network_in(cluster, &n.network).ok_or_else(|| {
+                Error::InvalidSpec(format!("network {:?} is not available in cluster {}", n.network, cluster.name))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let template_ref = find_template(vim, &inv, template)?;
+    let devices = vim.props(&template_ref, &["config.hardware.device"])?;
+    let remove_nics = if machine.nics.is_empty() { Vec::new() } else { ethernet_cards(devices.props.get("config.hardware.device")) };
+    let spec = ConfigSpec {
+        instance_uuid: Some(machine.uid.clone()),
+        cpus: Some(machine.cpus),
+        memory_mib: Some(machine.memory_mib),
+        remove_nics,
+        add_nics,
+        extra_config: extra_config(machine),
+        firmware: Some(match machine.firmware {
+            banlieue_sdk::provider::Firmware::Bios => "bios".into(),
+            banlieue_sdk::provider::Firmware::Uefi => "efi".into(),
+        }),
+    };
+    info!("cloning vSphere template {template} into VM {name} (cluster {})", cluster.name);
+    let body = soap::clone_vm(&template_ref, &folder, &name, &pool, datastore.as_ref(), &spec);
+    match vim.run_task(&format!("CloneVM_Task {template} -> {name}"), &body) {
+        Ok(Some(n)) if n.as_ref().is_some() => Ok(n.as_ref().unwrap()),
+        Ok(_) => lookup(vim, &machine.uid, "after the clone"),
+        Err(e) if is_fault(&e, "DuplicateName") => match vim.find_vm(&machine.uid)? {
+            Some(vm) => Ok(vm),
+            None => {
+                let taken = inv.of_kind("VirtualMachine").any(|v| v.str("name") == Some(name.as_str()));
+                Err(if taken {
+                    Error::InvalidSpec(format!("a vSphere VM named {name} exists and is not this machine (its instanceUuid is not {})", machine.uid))
+                } else {
+                    Error::Unavailable(format!("a clone to {name} is in progress"))
+                }
+                .into())
+            }
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Bring an existing VM to the machine's hardware (while off) and power state.
+fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<MachineStatus> {
+    let p = vim.props(vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB"])?;
+    let name = p.str("name").unwrap_or(&vm.value).to_string();
+    let off = power_state(p.str("runtime.powerState")) == PowerState::PoweredOff;
+    if off && (p.u64("config.hardware.numCPU") != u64::from(machine.cpus) || p.u64("config.hardware.memoryMB") != machine.memory_mib) {
+        info!("reconfiguring vSphere VM {name}: {} CPUs, {} MiB", machine.cpus, machine.memory_mib);
+        let spec = ConfigSpec { cpus: Some(machine.cpus), memory_mib: Some(machine.memory_mib), ..Default::default() };
+        vim.run_task(&format!("ReconfigVM_Task {name}"), &soap::reconfigure(vm, &spec))?;
+    }
+    if machine.power_state != PowerState::PoweredOff {
+        ensure_power(vim, vm, machine.power_state, &PowerOff { mode: banlieue_sdk::provider::PowerOffMode::Hard, timeout_ms: 0 })?;
+    }
+    describe_vm(vim, vm)
+}
+
+impl Driver for VSphere {
+    fn probe(config: &ProviderConfig) -> Result<Inventory> {
+        let (version, inv) = with_vim(config, |vim| Ok((vim.sc.full_name.clone(), Inv::read(vim, INVENTORY)?)))?;
+        let failure_domains = inv.clusters().iter().map(|c| failure_domain(config, &inv, c)).collect();
+        Ok(Inventory { backend_version: version, failure_domains })
+    }
+
+    fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        if machine.uid.is_empty() {
+            return Err(Error::InvalidSpec("the machine has no UID".into()));
+        }
+        with_vim(config, |vim| {
+            let vm = match vim.find_vm(&machine.uid)? {
+                Some(vm) => vm,
+                None => clone_machine(vim, machine)?,
+            };
+            realise(vim, &vm, machine)
+        })
+    }
+
+    fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
+        with_vim(config, |vim| {
+            let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+            describe_vm(vim, &vm)
+        })
+    }
+
+    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {
+        with_vim(config, |vim| {
+            let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+            ensure_power(vim, &vm, state, off)?;
+            describe_vm(vim, &vm)
+        })
+    }
+
+    fn delete(config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {
+        with_vim(config, |vim| {
+            let Some(vm) = vim.find_vm(&machine.uid)? else { return Ok(()) };
+            let r = (|| {
+                ensure_power(vim, &vm, PowerState::PoweredOff, off)?;
+                let name = vm_name_of(vim, &vm)?;
+                info!("destroying vSphere VM {name}");
+                vim.run_task(&format!("Destroy_Task {name}"), &soap::simple("Destroy_Task", &vm)).map(|_| ())
+            })();
+            match r {
+                Err(SessionError::Failed(e)) if e.is_not_found() => Ok(()),
+                other => other,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm(xml_props: &[(&str, Node)]) -> ObjectContent {
+        ObjectContent { props: xml_props.iter().cloned().map(|(k, v)| (k.to_string(), v)).collect(), ..Default::default() }
+    }
+
+    fn text(t: &str) -> Node {
+        Node { text: t.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn status_reports_addresses_and_phase() {
+        let nic = Node {
+            name: "GuestNicInfo".into(),
+            children: vec![
+                Node { name: "ipAddress".into(), text: "10.0.0.5".into(), ..Default::default() },
+                Node { name: "ipAddress".into(), text: "fe80::1".into(), ..Default::default() },
+                Node { name: "ipAddress".into(), text: "10.0.0.6".into(), ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let on = vm(&[
+            ("name", text("ns_vm")),
+            ("config.uuid", text("4211-abc")),
+            ("runtime.powerState", text("poweredOn")),
+            ("guest.ipAddress", text("10.0.0.5")),
+            ("guest.net", Node { children: vec![nic], ..Default::default() }),
+        ]);
+        let s = status(&on);
+        assert_eq!(s.provider_id, "vsphere://4211-abc");
+        assert_eq!(s.power_state, PowerState::PoweredOn);
+        assert_eq!(s.phase, MachinePhase::Running);
+        let ips: Vec<&str> = s.addresses.iter().map(|a| a.address.as_str()).collect();
+        assert_eq!(ips, ["10.0.0.5", "10.0.0.6"]);
+        let waiting = vm(&[("runtime.powerState", text("poweredOn"))]);
+        assert_eq!(status(&waiting).phase, MachinePhase::WaitingForAddress);
+        let off = vm(&[("runtime.powerState", text("poweredOff"))]);
+        assert_eq!(status(&off).phase, MachinePhase::PoweredOff);
+        assert_eq!(status(&off).power_state, PowerState::PoweredOff);
+    }
+
+    #[test]
+    fn ethernet_cards_are_found_by_their_mac_fields() {
+        let devs = Node {
+            children: vec![
+                Node { name: "VirtualDevice".into(), xsi_type: Some("VirtualIDEController".into()), children: vec![Node { name: "key".into(), text: "200".into(), ..Default::default() }], ..Default::default() },
+                Node {
+                    name: "VirtualDevice".into(),
+                    xsi_type: Some("VirtualE1000".into()),
+                    children: vec![
+                        Node { name: "key".into(), text: "4000".into(), ..Default::default() },
+                        Node { name: "addressType".into(), text: "generated".into(), ..Default::default() },
+                    ],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(ethernet_cards(Some(&devs)), vec![("VirtualE1000".to_string(), 4000)]);
+    }
+}
+
+banlieue_sdk::export_provider!(VSphere);

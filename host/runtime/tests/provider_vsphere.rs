@@ -1,0 +1,287 @@
+//! The vSphere provider driver (`guests/provider-vsphere`) through the runtime, against a real
+//! vcsim (`tests/backends/vcsim`, built by its build.sh) on 127.0.0.1. Every check of what the
+//! driver did is made on vcsim through the fixture's own vim25 session, not only on the driver's
+//! answers. Each test starts its own vcsim.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_runtime::capability::Grants;
+use banlieue_runtime::capability::http::HttpGrant;
+use banlieue_runtime::capability::secrets::SecretsGrant;
+use banlieue_runtime::capability::session::SessionStore;
+use banlieue_runtime::provider::{
+    AddressType, Disk, Firmware, ImageSource, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff,
+    PowerOffMode, PowerState, ProviderConfig, ProviderDriver,
+};
+use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
+use banlieue_secrets::{SecretError, SecretSource, SecretValue};
+use banlieue_test_backends::vcsim::{self, Vcsim};
+use common::guest;
+
+const UID: &str = "6f1c2a3e-1111-4222-8333-444455556666";
+const USER_DATA: &str = "#cloud-config\nhostname: vm\n";
+
+/// Credentials from a map, as a Provider's Secret would hold them.
+struct MapSecrets(HashMap<String, String>);
+
+#[async_trait::async_trait]
+impl SecretSource for MapSecrets {
+    async fn get(&self, key: &str) -> Result<SecretValue, SecretError> {
+        self.0.get(key).map(|v| SecretValue::new(v.clone())).ok_or_else(|| SecretError::NotFound(key.into()))
+    }
+    fn describe(&self) -> String {
+        "test map".into()
+    }
+}
+
+fn driver() -> ProviderDriver {
+    Runtime::new(RuntimeConfig::default()).unwrap().provider(&guest("provider-vsphere")).unwrap()
+}
+
+async fn grants(vc: &Vcsim, password: &str, store: &Arc<SessionStore>) -> Grants {
+    let secrets = MapSecrets(HashMap::from([
+        ("username".to_string(), vcsim::USERNAME.to_string()),
+        ("password".to_string(), password.to_string()),
+    ]));
+    Grants {
+        http: Some(HttpGrant::for_endpoint(&vc.url).await.unwrap()),
+        secrets: Some(SecretsGrant::new(Arc::new(secrets), ["username".to_string(), "password".to_string()])),
+        session: Some(store.grant("infra/vcenter")),
+        ..Grants::default()
+    }
+}
+
+fn config(vc: &Vcsim) -> ProviderConfig {
+    ProviderConfig {
+        provider: "infra/vcenter".into(),
+        endpoint: vc.url.clone(),
+        credential_keys: vec!["username".into(), "password".into()],
+        storage_classes: vec![("standard".into(), "LocalDS_0".into()), ("ghost".into(), "no-such-datastore".into())],
+        network_classes: vec![("default".into(), "VM Network".into()), ("dmz".into(), "no-such-network".into())],
+        features: vec!["uefi".into()],
+    }
+}
+
+fn machine(template: &str) -> Machine {
+    Machine {
+        uid: UID.into(),
+        name: "vm".into(),
+        namespace: "ns".into(),
+        cpus: 2,
+        memory_mib: 2048,
+        firmware: Firmware::Uefi,
+        disks: vec![Disk { name: "root".into(), size_gib: 10, target: "LocalDS_0".into() }],
+        nics: vec![Nic { name: "eth0".into(), network: "VM Network".into() }],
+        image: ImageSource::Template(template.into()),
+        user_data: Some(USER_DATA.into()),
+        failure_domain: "DC0_C0".into(),
+        power_state: PowerState::PoweredOn,
+        labels: vec![],
+    }
+}
+
+fn machine_ref() -> MachineRef {
+    MachineRef { uid: UID.into(), name: "vm".into(), namespace: "ns".into(), provider_id: None, failure_domain: "DC0_C0".into() }
+}
+
+fn off(mode: PowerOffMode) -> PowerOff {
+    PowerOff { mode, timeout_ms: 2_000 }
+}
+
+fn limits() -> Limits {
+    Limits::default()
+}
+
+fn b64(s: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.as_bytes().chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            out.push(if i <= c.len() { A[(n >> (18 - 6 * i)) as usize & 63] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// Describe until the guest reports an address (vcsim's stand-in for VMware Tools adds one within ~50 ms).
+async fn wait_for_address(d: &ProviderDriver, cfg: &ProviderConfig, g: &Grants) -> MachineStatus {
+    for _ in 0..50 {
+        let s = d.describe(cfg, &machine_ref(), limits(), g.clone()).await.unwrap();
+        if s.phase == MachinePhase::Running {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no address reported within 5 s");
+}
+
+#[tokio::test]
+async fn probe_reports_clusters_and_the_classes_they_have() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let inv = driver().probe(&config(&vc), limits(), grants(&vc, vcsim::PASSWORD, &store).await).await.unwrap();
+    assert!(inv.backend_version.as_deref().is_some_and(|v| v.contains("vCenter")), "{inv:?}");
+    let [fd] = inv.failure_domains.as_slice() else { panic!("one cluster, one failure domain: {inv:?}") };
+    assert_eq!(fd.name, "DC0_C0");
+    assert!(fd.labels.contains(&("topology.kubernetes.io/region".into(), "DC0".into())), "{:?}", fd.labels);
+    assert!(fd.labels.contains(&("topology.kubernetes.io/zone".into(), "DC0_C0".into())), "{:?}", fd.labels);
+    assert_eq!(fd.storage_classes, vec!["standard".to_string()], "a class on a missing datastore is not offered");
+    assert_eq!(fd.network_classes, vec!["default".to_string()], "a class on a missing network is not offered");
+    assert_eq!(fd.features, vec!["uefi".to_string()]);
+    assert!(fd.capacity.cpus > 0 && fd.capacity.memory_mib > 0 && fd.capacity.storage_gib > 0, "{:?}", fd.capacity);
+    assert_eq!(vc.login_count().await.unwrap(), 1, "probe logged in once");
+}
+
+#[tokio::test]
+async fn machine_lifecycle() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let d = driver();
+    let cfg = config(&vc);
+    let g = grants(&vc, vcsim::PASSWORD, &store).await;
+    let vms_before = vc.vm_names().await.unwrap();
+
+    // create: a clone of the template, powered on, with our instanceUuid and cloud-init guestinfo.
+    let created = d.create(&cfg, &machine(vcsim::TEMPLATE), limits(), g.clone()).await.unwrap();
+    assert_eq!(created.power_state, PowerState::PoweredOn);
+    assert!(created.provisioned);
+    let vm = vc.find_vm(UID).await.unwrap().expect("a VM with the machine's UID as instanceUuid");
+    assert_eq!(vc.name(&vm).await.unwrap(), "ns_vm");
+    assert_eq!(vc.vm_property(&vm, "config.instanceUuid").await.unwrap().as_deref(), Some(UID));
+    assert_eq!(vc.power_state(&vm).await.unwrap(), "poweredOn");
+    let bios = vc.vm_property(&vm, "config.uuid").await.unwrap().unwrap();
+    assert_eq!(created.provider_id, format!("vsphere://{bios}"));
+    assert_eq!(vc.extra_config(&vm, "guestinfo.userdata").await.unwrap(), Some(b64(USER_DATA)));
+    assert_eq!(vc.extra_config(&vm, "guestinfo.userdata.encoding").await.unwrap().as_deref(), Some("base64"));
+    let meta = format!("{{\"instance-id\":\"{UID}\",\"local-hostname\":\"vm\"}}");
+    assert_eq!(vc.extra_config(&vm, "guestinfo.metadata").await.unwrap(), Some(b64(&meta)));
+    assert_eq!(vc.vm_property(&vm, "config.hardware.numCPU").await.unwrap().as_deref(), Some("2"));
+    assert_eq!(vc.vm_property(&vm, "config.hardware.memoryMB").await.unwrap().as_deref(), Some("2048"));
+
+    // The guest address, as vcsim reports it.
+    let running = wait_for_address(&d, &cfg, &g).await;
+    let ips = vc.guest_ips(&vm).await.unwrap();
+    assert!(!ips.is_empty());
+    assert!(
+        running.addresses.iter().any(|a| a.type_ == AddressType::InternalIp && a.address == ips[0]),
+        "{:?} vs {ips:?}",
+        running.addresses
+    );
+
+    // create again (a retry after a crash before the status was written): still one VM.
+    let again = d.create(&cfg, &machine(vcsim::TEMPLATE), limits(), g.clone()).await.unwrap();
+    assert_eq!(again.provider_id, created.provider_id);
+    let names = vc.vm_names().await.unwrap();
+    assert_eq!(names.iter().filter(|n| *n == "ns_vm").count(), 1, "{names:?}");
+    assert_eq!(names.len(), vms_before.len() + 1);
+
+    // Power off per mode, checked on vcsim, and on again. vcsim's ShutdownGuest powers the VM off
+    // at once (it does not check for VMware Tools), so soft and try-soft succeed without the hard way.
+    for mode in [PowerOffMode::Soft, PowerOffMode::TrySoft, PowerOffMode::Hard] {
+        let s = d.set_power(&cfg, &machine_ref(), PowerState::PoweredOff, off(mode), limits(), g.clone()).await.unwrap();
+        assert_eq!((s.power_state, s.phase), (PowerState::PoweredOff, MachinePhase::PoweredOff), "{mode:?}");
+        assert_eq!(vc.power_state(&vm).await.unwrap(), "poweredOff", "{mode:?}");
+        // Already off: nothing to do.
+        d.set_power(&cfg, &machine_ref(), PowerState::PoweredOff, off(mode), limits(), g.clone()).await.unwrap();
+        let s = d.set_power(&cfg, &machine_ref(), PowerState::PoweredOn, off(mode), limits(), g.clone()).await.unwrap();
+        assert_eq!(s.power_state, PowerState::PoweredOn);
+        assert_eq!(vc.power_state(&vm).await.unwrap(), "poweredOn", "{mode:?}");
+    }
+    // Powered off behind banlieue's back: describe sees it.
+    vc.power_off_outside(&vm).await.unwrap();
+    let s = d.describe(&cfg, &machine_ref(), limits(), g.clone()).await.unwrap();
+    assert_eq!(s.power_state, PowerState::PoweredOff);
+
+    // delete: gone from vcsim; again is fine; then not found.
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::TrySoft), limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.find_vm(UID).await.unwrap(), None);
+    assert!(!vc.vm_names().await.unwrap().contains(&"ns_vm".to_string()));
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::TrySoft), limits(), g.clone()).await.unwrap();
+    let e = d.describe(&cfg, &machine_ref(), limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
+    assert_eq!(vc.vm_names().await.unwrap(), vms_before);
+
+    // All of it over one session.
+    assert_eq!(vc.login_count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_running_machine_is_deleted_hard() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    d.create(&cfg, &machine(vcsim::TEMPLATE), limits(), g.clone()).await.unwrap();
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.find_vm(UID).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn sessions_are_reused_and_renewed_when_rejected() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    for _ in 0..5 {
+        d.probe(&cfg, limits(), g.clone()).await.unwrap();
+    }
+    let e = d.describe(&cfg, &machine_ref(), limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::NotFound(_))), "{e}");
+    assert_eq!(vc.login_count().await.unwrap(), 1, "6 calls, 1 login");
+
+    // A session vCenter no longer knows (e.g. restarted): rejected, replaced once, the call succeeds.
+    store.grant("infra/vcenter").set("no-such-session".into(), Duration::from_secs(600)).unwrap();
+    d.probe(&cfg, limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.login_count().await.unwrap(), 2);
+    d.probe(&cfg, limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.login_count().await.unwrap(), 2, "the new session is kept");
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_denied() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let g = grants(&vc, "wrong", &store).await;
+    let e = driver().probe(&config(&vc), limits(), g).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::Denied(m)) if m.contains("InvalidLogin")), "{e}");
+    assert_eq!(vc.login_count().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_stopped_vcenter_is_unavailable() {
+    let mut vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    d.probe(&cfg, limits(), g.clone()).await.unwrap();
+    vc.stop();
+    let e = d.probe(&cfg, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::Unavailable(_))), "{e}");
+    let e = d.create(&cfg, &machine(vcsim::TEMPLATE), limits(), g).await.unwrap_err();
+    assert!(matches!(e, CallError::Guest(GuestError::Unavailable(_))), "{e}");
+}
+
+#[tokio::test]
+async fn a_missing_template_is_invalid_and_creates_nothing() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let before = vc.vm_names().await.unwrap();
+    let e = d.create(&cfg, &machine("no-such-template"), limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("no-such-template")), "{e}");
+    assert_eq!(vc.vm_names().await.unwrap(), before);
+    assert_eq!(vc.find_vm(UID).await.unwrap(), None);
+    // A failure domain that is not a cluster, and a datastore the cluster lacks, are invalid too.
+    let mut m = machine(vcsim::TEMPLATE);
+    m.failure_domain = "nowhere".into();
+    let e = d.create(&cfg, &m, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("nowhere")), "{e}");
+    let mut m = machine(vcsim::TEMPLATE);
+    m.disks[0].target = "no-such-datastore".into();
+    let e = d.create(&cfg, &m, limits(), g).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("no-such-datastore")), "{e}");
+    assert_eq!(vc.vm_names().await.unwrap(), before);
+}

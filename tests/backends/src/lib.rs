@@ -1,0 +1,39 @@
+//! Real backends for tests and benchmarks, started on 127.0.0.1 by the test
+//! that needs them and stopped (by PID) when dropped: [`vcsim`] speaks vim25
+//! SOAP like vCenter, [`fakepve`] the Proxmox VE REST API. Each module also
+//! queries its backend through the backend's own API, so a test checks what
+//! the backend holds, never only what banlieue reports.
+
+pub mod fakepve;
+pub mod vcsim;
+
+use std::process::Child;
+
+/// A child process killed (by its PID) and reaped when dropped.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
+}
+
+/// An HTTP client for talking to a backend directly (plain or self-signed TLS).
+pub fn http_client() -> reqwest::Client {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}

@@ -1,0 +1,258 @@
+//! vcsim: govmomi's vSphere simulator (our `tests/backends/vcsim/main.go`, built
+//! by `tests/backends/vcsim/build.sh`), started on 127.0.0.1 and queried over
+//! vim25 SOAP with a session of its own.
+//!
+//! The model is vcsim's default vCenter: datacenter `DC0`, cluster `DC0_C0`
+//! (3 hosts), datastore `LocalDS_0`, networks `VM Network` and `DC0_DVPG0`,
+//! VMs `DC0_C0_RP0_VM0`…, plus the template [`TEMPLATE`]. Only
+//! [`USERNAME`] / [`PASSWORD`] log in. A powered-on VM gets a deterministic
+//! guest address (10.x.y.z from its instance UUID) within ~50 ms.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+
+use crate::{ChildGuard, free_port, http_client};
+
+pub const USERNAME: &str = "vcsim-user";
+pub const PASSWORD: &str = "vcsim-pass";
+/// The template main.go creates (a clone of `DC0_C0_RP0_VM0`).
+pub const TEMPLATE: &str = "tmpl-debian";
+
+/// A running vcsim, killed when dropped.
+pub struct Vcsim {
+    /// `http://127.0.0.1:PORT/sdk`.
+    pub url: String,
+    child: Option<ChildGuard>,
+    http: reqwest::Client,
+    cookie: String,
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The vcsim binary: `$BANLIEUE_VCSIM`, else `<repo>/target/backends/vcsim`.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    let path = match std::env::var_os("BANLIEUE_VCSIM") {
+        Some(p) => PathBuf::from(p),
+        None => repo_root().join("target/backends/vcsim"),
+    };
+    if !path.is_file() {
+        bail!(
+            "vcsim binary not found at {} (set BANLIEUE_VCSIM or build it with tests/backends/vcsim/build.sh)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn envelope(body: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><soapenv:Body>{body}</soapenv:Body></soapenv:Envelope>"
+    )
+}
+
+fn props_request(kind: &str, obj: &str, paths: &[&str]) -> String {
+    let paths: String = paths.iter().map(|p| format!("<pathSet>{}</pathSet>", esc(p))).collect();
+    format!(
+        "<RetrievePropertiesEx xmlns=\"urn:vim25\"><_this type=\"PropertyCollector\">propertyCollector</_this><specSet>\
+<propSet><type>{kind}</type><all>false</all>{paths}</propSet><objectSet><obj type=\"{kind}\">{}</obj><skip>false</skip></objectSet>\
+</specSet><options></options></RetrievePropertiesEx>",
+        esc(obj)
+    )
+}
+
+/// Text of every descendant element named `name` (local name).
+fn texts(xml: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let doc = roxmltree::Document::parse(xml).context("parsing vcsim's answer")?;
+    Ok(doc.descendants().filter(|n| n.has_tag_name(name)).map(|n| n.text().unwrap_or("").to_string()).collect())
+}
+
+impl Vcsim {
+    /// Start vcsim on a free port and log in; fails (never skips) if the binary is missing.
+    pub async fn start() -> anyhow::Result<Vcsim> {
+        let bin = binary()?;
+        let port = free_port();
+        let mut child = Command::new(&bin)
+            .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let guard = ChildGuard(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
+            .await?
+            .map_err(|_| anyhow!("vcsim did not report listening within 60 s"))?;
+        let url = line
+            .trim()
+            .strip_prefix("vcsim listening on ")
+            .ok_or_else(|| anyhow!("vcsim exited or printed {line:?} instead of its URL"))?
+            .to_string();
+        let mut vcsim = Vcsim { url, child: Some(guard), http: http_client(), cookie: String::new() };
+        vcsim.cookie = vcsim.login(USERNAME, PASSWORD).await?;
+        Ok(vcsim)
+    }
+
+    /// Kill vcsim now (for "backend down"); its port is closed afterwards.
+    pub fn stop(&mut self) {
+        self.child.take();
+    }
+
+    async fn post(&self, cookie: Option<&str>, body: &str) -> anyhow::Result<(u16, String, Option<String>)> {
+        let mut req = self.http.post(&self.url).header("content-type", "text/xml; charset=utf-8").body(envelope(body));
+        if let Some(c) = cookie {
+            req = req.header("cookie", format!("vmware_soap_session={c}"));
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(30), req.send()).await.context("vcsim timed out")??;
+        let status = resp.status().as_u16();
+        let set_cookie = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.split(';').next()?.trim().strip_prefix("vmware_soap_session=").map(str::to_string));
+        Ok((status, resp.text().await?, set_cookie))
+    }
+
+    /// Log in; returns the session cookie.
+    pub async fn login(&self, user: &str, password: &str) -> anyhow::Result<String> {
+        let body = format!(
+            "<Login xmlns=\"urn:vim25\"><_this type=\"SessionManager\">SessionManager</_this><userName>{}</userName><password>{}</password></Login>",
+            esc(user),
+            esc(password)
+        );
+        let (status, text, cookie) = self.post(None, &body).await?;
+        cookie.ok_or_else(|| anyhow!("vcsim login as {user}: HTTP {status}: {text}"))
+    }
+
+    /// A method call with the fixture's session; a SOAP fault is an error.
+    pub async fn call(&self, body: &str) -> anyhow::Result<String> {
+        let (status, text, _) = self.post(Some(&self.cookie), body).await?;
+        if status != 200 || text.contains("Fault>") && text.contains("<faultstring>") {
+            bail!("vcsim: HTTP {status}: {text}");
+        }
+        Ok(text)
+    }
+
+    /// Keys of every session vcsim holds, other than the fixture's own.
+    pub async fn sessions(&self) -> anyhow::Result<Vec<String>> {
+        let xml = self.call(&props_request("SessionManager", "SessionManager", &["sessionList", "currentSession"])).await?;
+        let doc = roxmltree::Document::parse(&xml)?;
+        let mut own = None;
+        let mut keys = Vec::new();
+        for prop in doc.descendants().filter(|n| n.has_tag_name("propSet")) {
+            let name = prop.children().find(|c| c.has_tag_name("name")).and_then(|c| c.text()).unwrap_or("");
+            let Some(val) = prop.children().find(|c| c.has_tag_name("val")) else { continue };
+            let key_of = |n: roxmltree::Node| n.children().find(|c| c.has_tag_name("key")).and_then(|c| c.text()).map(str::to_string);
+            match name {
+                "currentSession" => own = key_of(val),
+                "sessionList" => keys.extend(val.children().filter(|c| c.is_element()).filter_map(key_of)),
+                _ => {}
+            }
+        }
+        keys.retain(|k| Some(k) != own.as_ref());
+        Ok(keys)
+    }
+
+    /// How many logins (sessions) others made: each Login makes one session, kept until Logout.
+    pub async fn login_count(&self) -> anyhow::Result<usize> {
+        Ok(self.sessions().await?.len())
+    }
+
+    /// The VM (moref value) with this instance UUID.
+    pub async fn find_vm(&self, instance_uuid: &str) -> anyhow::Result<Option<String>> {
+        let body = format!(
+            "<FindByUuid xmlns=\"urn:vim25\"><_this type=\"SearchIndex\">SearchIndex</_this><uuid>{}</uuid><vmSearch>true</vmSearch><instanceUuid>true</instanceUuid></FindByUuid>",
+            esc(instance_uuid)
+        );
+        Ok(texts(&self.call(&body).await?, "returnval")?.into_iter().next())
+    }
+
+    /// The text of a VM property (`runtime.powerState`, `name`, `config.instanceUuid`, …).
+    pub async fn vm_property(&self, vm: &str, path: &str) -> anyhow::Result<Option<String>> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &[path])).await?;
+        Ok(texts(&xml, "val")?.into_iter().next())
+    }
+
+    pub async fn power_state(&self, vm: &str) -> anyhow::Result<String> {
+        self.vm_property(vm, "runtime.powerState").await?.ok_or_else(|| anyhow!("{vm} has no power state"))
+    }
+
+    pub async fn name(&self, vm: &str) -> anyhow::Result<String> {
+        self.vm_property(vm, "name").await?.ok_or_else(|| anyhow!("{vm} has no name"))
+    }
+
+    /// A VM's `config.extraConfig` value for `key`.
+    pub async fn extra_config(&self, vm: &str, key: &str) -> anyhow::Result<Option<String>> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["config.extraConfig"])).await?;
+        let doc = roxmltree::Document::parse(&xml)?;
+        let child_text = |n: roxmltree::Node, name: &str| {
+            n.children().find(|c| c.has_tag_name(name)).and_then(|c| c.text()).map(str::to_string)
+        };
+        Ok(doc
+            .descendants()
+            .filter(|n| n.has_tag_name("OptionValue"))
+            .find(|n| child_text(*n, "key").as_deref() == Some(key))
+            .and_then(|n| child_text(n, "value")))
+    }
+
+    /// The guest IP addresses vcsim reports for a VM (`guest.net[].ipAddress`).
+    pub async fn guest_ips(&self, vm: &str) -> anyhow::Result<Vec<String>> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["guest.net"])).await?;
+        texts(&xml, "ipAddress")
+    }
+
+    /// The names of every VM and template.
+    pub async fn vm_names(&self) -> anyhow::Result<Vec<String>> {
+        let body = "<RetrievePropertiesEx xmlns=\"urn:vim25\"><_this type=\"PropertyCollector\">propertyCollector</_this><specSet>\
+<propSet><type>VirtualMachine</type><all>false</all><pathSet>name</pathSet></propSet>\
+<objectSet><obj type=\"Folder\">group-d1</obj><skip>true</skip>\
+<selectSet xsi:type=\"TraversalSpec\"><name>f</name><type>Folder</type><path>childEntity</path><skip>false</skip><selectSet><name>f</name></selectSet><selectSet><name>dc</name></selectSet></selectSet>\
+<selectSet xsi:type=\"TraversalSpec\"><name>dc</name><type>Datacenter</type><path>vmFolder</path><skip>false</skip><selectSet><name>f</name></selectSet></selectSet>\
+</objectSet></specSet><options></options></RetrievePropertiesEx>";
+        let mut names = texts(&self.call(body).await?, "val")?;
+        names.sort();
+        Ok(names)
+    }
+
+    async fn task(&self, method: &str, vm: &str) -> anyhow::Result<()> {
+        let body = format!("<{method} xmlns=\"urn:vim25\"><_this type=\"VirtualMachine\">{}</_this></{method}>", esc(vm));
+        let task = texts(&self.call(&body).await?, "returnval")?.into_iter().next().ok_or_else(|| anyhow!("no task"))?;
+        for _ in 0..300 {
+            let xml = self.call(&props_request("Task", &task, &["info.state"])).await?;
+            match texts(&xml, "val")?.first().map(String::as_str) {
+                Some("success") => return Ok(()),
+                Some("error") => bail!("{method} {vm} failed: {xml}"),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        bail!("{method} {vm} did not finish")
+    }
+
+    /// Power a VM off behind banlieue's back.
+    pub async fn power_off_outside(&self, vm: &str) -> anyhow::Result<()> {
+        self.task("PowerOffVM_Task", vm).await
+    }
+
+    /// Power a VM on behind banlieue's back.
+    pub async fn power_on_outside(&self, vm: &str) -> anyhow::Result<()> {
+        self.task("PowerOnVM_Task", vm).await
+    }
+}
