@@ -5,10 +5,11 @@ deps:
 	scripts/install-deps.sh
 
 ## Install what is needed, build the built-in components, then run banlieue dev
-## (embedded API server + CRDs + every role + the libvirt class on test:///default).
+## (embedded API server + CRDs + every role + the libvirt class on test:///default,
+## and the vSphere and Proxmox VE simulators with a Provider each).
 dev: deps
 	guests/build.sh
-	cargo run -p banlieue -- dev
+	cargo run -p banlieue -- dev --backends vsphere,proxmox
 
 ## Install what is needed, then run every test.
 test:

@@ -10,6 +10,7 @@
 //! | `log-flood` | logs 100,000 lines |
 //! | `http` | GETs the URL in `endpoint` (the host decides whether it may) |
 //! | `secret:KEY` | reads secret KEY and reports its length |
+//! | `session` | reports the backend session the host hands it, then clears it |
 //! | `env` | reports the environment it can see |
 //! | `libvirt` | lists the domains of its libvirt connection |
 //! | anything else | a well-behaved probe |
@@ -82,6 +83,11 @@ impl Driver for Hostile {
                 let vars: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
                 let args: Vec<String> = std::env::args().collect();
                 Ok(domain(format!("env-{}-args-{}", vars.len(), args.len())))
+            }
+            "session" => {
+                let seen = banlieue_sdk::session::get().unwrap_or_else(|| "none".into());
+                banlieue_sdk::session::clear();
+                Ok(domain(format!("session-{seen}")))
             }
             other if other.starts_with("secret:") => {
                 let v = banlieue_sdk::secrets::get(&other["secret:".len()..])?;

@@ -1,7 +1,9 @@
 //! `banlieue dev`: the embedded API server, the CRDs, every role, the built-in
-//! ProviderClass `libvirt` and a dev Provider on libvirt's `test:///default`
-//! driver — so `kubectl apply -f examples/quickstart/` gives a Ready VM without a
-//! cluster or a hypervisor.
+//! ProviderClasses (`libvirt`, `vsphere`, `proxmox`) and a dev Provider on
+//! libvirt's `test:///default` driver — so `kubectl apply -f examples/quickstart/`
+//! gives a Ready VM without a cluster or a hypervisor. With `--backends
+//! vsphere,proxmox` it also starts the simulators the tests use (vcsim, fakepve)
+//! on loopback, with a Provider and its credentials Secret for each.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +27,9 @@ pub struct DevArgs {
     /// libvirt URI of the dev Provider.
     #[arg(long, default_value = "test:///default")]
     libvirt_uri: String,
+    /// Simulated backends to start, each with a Provider (`vcsim`, `fakepve`) in namespace `default`.
+    #[arg(long, value_delimiter = ',')]
+    backends: Vec<Backend>,
     #[command(flatten)]
     roles: crate::roles::RoleArgs,
 }
@@ -46,7 +51,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let client = kube::Client::try_from(client_config)?;
     crate::crds::install(&client).await?;
-    for object in dev_objects(&args.libvirt_uri) {
+    let mut objects = dev_objects(&args.libvirt_uri);
+    // Held until dev stops: dropping one stops its simulator.
+    let mut simulators = Simulators::default();
+    for backend in &args.backends {
+        objects.extend(simulators.start(*backend).await?);
+    }
+    for object in objects {
         apply(&client, object).await?;
     }
 
@@ -57,21 +68,87 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         options.cache_dir = Some(args.data_dir.join("component-cache"));
     }
     let ctx = Context::new(client, options)?;
-    let roles = tokio::spawn(banlieue_controller::run(ctx, Roles::ALL, async {
-        let _ = tokio::signal::ctrl_c().await;
-    }));
+    let roles = tokio::spawn(banlieue_controller::run(ctx, Roles::ALL, crate::roles::shutdown_signal()));
 
     println!("banlieue dev is running at {}", server.url);
     println!("export KUBECONFIG={}", kubeconfig_path.display());
     println!("then: kubectl apply -f examples/quickstart/ && kubectl get vm -w");
+    for (backend, url) in simulators.urls() {
+        println!("{backend} simulator at {url}");
+    }
 
     let result = roles.await;
+    drop(simulators);
     tracing::info!("shutting down");
     server.shutdown().await;
     result?
 }
 
-/// The built-in class, the placement policies and the dev Provider.
+/// A simulated backend `banlieue dev` can start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// vcsim, govmomi's vCenter simulator (built by tests/backends/vcsim/build.sh).
+    Vsphere,
+    /// fakepve, a Proxmox VE API simulator (PyPI fakepve).
+    Proxmox,
+}
+
+/// The simulators dev started; each stops when dropped.
+#[derive(Default)]
+struct Simulators {
+    vcsim: Option<banlieue_test_backends::vcsim::Vcsim>,
+    fakepve: Option<banlieue_test_backends::fakepve::FakePve>,
+}
+
+impl Simulators {
+    /// Start `backend` and return its credentials Secret and Provider.
+    async fn start(&mut self, backend: Backend) -> anyhow::Result<Vec<serde_json::Value>> {
+        use serde_json::json;
+        let (name, class, endpoint, username, password, ca, storage, network) = match backend {
+            Backend::Vsphere => {
+                let v = banlieue_test_backends::vcsim::Vcsim::start().await.context("starting vcsim (--backends vsphere)")?;
+                let url = v.url.clone();
+                self.vcsim = Some(v);
+                use banlieue_test_backends::vcsim::{PASSWORD, USERNAME};
+                ("vcsim", "vsphere", url, USERNAME.to_string(), PASSWORD.to_string(), None, "LocalDS_0", "VM Network")
+            }
+            Backend::Proxmox => {
+                let p = banlieue_test_backends::fakepve::FakePve::start().await.context("starting fakepve (--backends proxmox)")?;
+                let fields = (p.url.clone(), p.username.clone(), p.password.clone(), Some(p.ca_pem.clone()));
+                self.fakepve = Some(p);
+                // shared-dir is on every node, so a clone may land on any of them.
+                ("fakepve", "proxmox", fields.0, fields.1, fields.2, fields.3, "shared-dir", "vmbr0")
+            }
+        };
+        let secret = format!("{name}-credentials");
+        let mut connection = json!({"endpoint": endpoint,
+                                    "credentialsRef": {"kind": "Secret", "name": secret, "keys": ["username", "password"]}});
+        if let Some(ca) = ca {
+            connection["caBundle"] = json!(ca);
+        }
+        Ok(vec![
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": "default"},
+                   "stringData": {"username": username, "password": password}}),
+            json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"providerClassRef": {"name": class},
+                            "connection": connection,
+                            "capabilities": {"storageClasses": {"standard": storage}, "networkClasses": {"default": network}}}}),
+        ])
+    }
+
+    fn urls(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if let Some(s) = &self.vcsim {
+            v.push(("vSphere (vcsim)", s.url.clone()));
+        }
+        if let Some(s) = &self.fakepve {
+            v.push(("Proxmox VE (fakepve)", s.url.clone()));
+        }
+        v
+    }
+}
+
+/// The built-in classes, the placement policies and the dev Provider.
 fn dev_objects(libvirt_uri: &str) -> Vec<serde_json::Value> {
     use serde_json::json;
     vec![
@@ -79,6 +156,12 @@ fn dev_objects(libvirt_uri: &str) -> Vec<serde_json::Value> {
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt",
                         "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "vsphere"},
+               "spec": {"component": {"source": "builtin:provider-vsphere"}, "infrastructureKind": "VSphere",
+                        "capabilities": {"http": true, "secrets": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "proxmox"},
+               "spec": {"component": {"source": "builtin:provider-proxmox"}, "infrastructureKind": "Proxmox",
+                        "capabilities": {"http": true, "secrets": true}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": "spread"},
                "spec": {"component": {"source": "builtin:placement-spread"}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": "binpack"},

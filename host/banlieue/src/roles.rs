@@ -66,8 +66,24 @@ pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     let ctx = Context::new(client, args.options()?)?;
     banlieue_controller::run(ctx, roles, async {
-        let _ = tokio::signal::ctrl_c().await;
+        shutdown_signal().await;
         tracing::info!("shutting down");
     })
     .await
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (what Kubernetes sends a Pod, and `kill`): stop gracefully.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -286,6 +286,25 @@ async fn secrets_only_of_the_granted_keys() {
 }
 
 #[tokio::test]
+async fn a_driver_sees_only_its_own_providers_session() {
+    use banlieue_runtime::capability::session::SessionStore;
+    let store = SessionStore::new();
+    store.grant("infra/vc-a/uid-a").set("cookie-of-a".into(), std::time::Duration::from_secs(60)).unwrap();
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let with = |scope: &str| Grants { session: Some(store.grant(scope)), ..Grants::default() };
+    // Provider b's driver (same component) asks for "the" session and clears "it": b's, not a's.
+    let seen = p.probe(&config("session", ""), fast(), with("infra/vc-b/uid-b")).await.unwrap();
+    assert_eq!(seen.failure_domains[0].name, "session-none");
+    let seen = p.probe(&config("session", ""), fast(), Grants::default()).await.unwrap();
+    assert_eq!(seen.failure_domains[0].name, "session-none", "no grant, no session");
+    // Provider a's driver sees its own (so the check above could have failed), and clears it.
+    let seen = p.probe(&config("session", ""), fast(), with("infra/vc-a/uid-a")).await.unwrap();
+    assert_eq!(seen.failure_domains[0].name, "session-cookie-of-a");
+    assert_eq!(store.grant("infra/vc-a/uid-a").get(), None);
+}
+
+#[tokio::test]
 async fn libvirt_only_through_the_granted_connection() {
     use banlieue_runtime::capability::libvirt::LibvirtGrant;
     let conns = banlieue_libvirt::Connections::new();
