@@ -11,21 +11,7 @@ use crate::naming;
 /// The XML namespace of the `<metadata>` element the driver writes.
 pub const METADATA_NS: &str = "https://banlieue.io/libvirt/v1";
 
-/// Escape `s` for XML character data and for attribute values in either quote style.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use banlieue_sdk::xml::escape;
 
 /// `s` escaped, or `InvalidSpec` when it holds a character XML 1.0 cannot carry
 /// at all (control characters other than tab/newline/CR, U+FFFE, U+FFFF).

@@ -7,20 +7,7 @@ use std::collections::BTreeMap;
 const XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
 
 /// XML text/attribute escaping.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use banlieue_sdk::xml::escape as esc;
 
 /// A managed object reference (`<x type="VirtualMachine">vm-42</x>`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use banlieue_runtime::capability::Grants;
@@ -21,7 +20,7 @@ use banlieue_runtime::provider::{
     ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
-use banlieue_secrets::{SecretError, SecretSource, SecretValue};
+use banlieue_secrets::StaticSecrets;
 use banlieue_test_backends::fakepve::{self, FakePve};
 use common::guest;
 use serde_json::Value;
@@ -30,19 +29,6 @@ const UID: &str = "6f1c2a3e-1111-4222-8333-444455556666";
 const UID2: &str = "0b7e9a51-2222-4333-8444-555566667777";
 const SCOPE: &str = "infra/pve";
 const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2e2e2e2 ops@example";
-
-/// Secret values from a map; a key it lacks is `not found`.
-struct MapSource(HashMap<String, String>);
-
-#[async_trait::async_trait]
-impl SecretSource for MapSource {
-    async fn get(&self, key: &str) -> Result<SecretValue, SecretError> {
-        self.0.get(key).map(|v| SecretValue::new(v.clone())).ok_or_else(|| SecretError::NotFound(key.into()))
-    }
-    fn describe(&self) -> String {
-        "test map".into()
-    }
-}
 
 const KEYS: [&str; 4] = ["username", "password", "token-id", "token-secret"];
 
@@ -61,10 +47,9 @@ async fn grants_for(pve: &FakePve, url: &str, secrets: &[(&str, &str)], store: &
     if url.starts_with("https://") {
         http.ca_bundle = Some(pve.ca_pem.clone());
     }
-    let map = secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Grants {
         http: Some(http),
-        secrets: Some(SecretsGrant::new(Arc::new(MapSource(map)), KEYS.iter().map(|k| k.to_string()))),
+        secrets: Some(SecretsGrant::new(Arc::new(StaticSecrets::new(secrets.iter().copied())), KEYS.iter().map(|k| k.to_string()))),
         session: Some(store.grant(SCOPE)),
         ..Grants::default()
     }

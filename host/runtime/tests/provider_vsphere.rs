@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,35 +17,19 @@ use banlieue_runtime::provider::{
     PowerOffMode, PowerState, ProviderConfig, ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
-use banlieue_secrets::{SecretError, SecretSource, SecretValue};
+use banlieue_secrets::StaticSecrets;
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use common::guest;
 
 const UID: &str = "6f1c2a3e-1111-4222-8333-444455556666";
 const USER_DATA: &str = "#cloud-config\nhostname: vm\n";
 
-/// Credentials from a map, as a Provider's Secret would hold them.
-struct MapSecrets(HashMap<String, String>);
-
-#[async_trait::async_trait]
-impl SecretSource for MapSecrets {
-    async fn get(&self, key: &str) -> Result<SecretValue, SecretError> {
-        self.0.get(key).map(|v| SecretValue::new(v.clone())).ok_or_else(|| SecretError::NotFound(key.into()))
-    }
-    fn describe(&self) -> String {
-        "test map".into()
-    }
-}
-
 fn driver() -> ProviderDriver {
     Runtime::new(RuntimeConfig::default()).unwrap().provider(&guest("provider-vsphere")).unwrap()
 }
 
 async fn grants(vc: &Vcsim, password: &str, store: &Arc<SessionStore>) -> Grants {
-    let secrets = MapSecrets(HashMap::from([
-        ("username".to_string(), vcsim::USERNAME.to_string()),
-        ("password".to_string(), password.to_string()),
-    ]));
+    let secrets = StaticSecrets::new([("username", vcsim::USERNAME), ("password", password)]);
     Grants {
         http: Some(HttpGrant::for_endpoint(&vc.url).await.unwrap()),
         secrets: Some(SecretsGrant::new(Arc::new(secrets), ["username".to_string(), "password".to_string()])),

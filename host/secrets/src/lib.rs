@@ -7,11 +7,13 @@
 
 mod error;
 mod kubernetes;
+mod static_source;
 mod value;
 mod vault;
 
 pub use error::SecretError;
 pub use kubernetes::KubernetesSecret;
+pub use static_source::StaticSecrets;
 pub use value::SecretValue;
 pub use vault::{VaultKv2, VaultKv2Builder};
 
