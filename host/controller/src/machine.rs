@@ -39,6 +39,8 @@ pub const FINALIZER: &str = "banlieue.io/provider";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// How often a settled machine is described again, to notice drift.
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// The first look again at a machine still on its way (powering on, waiting for an address).
+pub const SETTLING_MIN: Duration = Duration::from_secs(2);
 
 struct Kind {
     ctx: Arc<Context>,
@@ -173,7 +175,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error
                 let patch = serde_json::json!({ "spec": { "providerID": observed.provider_id } });
                 api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
             }
-            return Ok(Action::requeue(RESYNC));
+            return Ok(Action::requeue(next_look(&st)));
         }
         Err((reason, message, retryable)) => {
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason || c.status != "False");
@@ -187,6 +189,21 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error
     };
     write_status(&api, m, st).await?;
     Ok(action)
+}
+
+/// When to describe the machine again. A machine whose phase is still moving (a guest
+/// getting its address, powering on or off) is looked at again soon, then less often
+/// the longer it stays there (a tenth of the time since `Ready` last changed), so a
+/// guest without tools or agent costs little; a settled one at [`RESYNC`].
+fn next_look(st: &InfraMachineStatus) -> Duration {
+    let settled = matches!(st.phase, Some(MachinePhase::Running | MachinePhase::PoweredOff) | None);
+    if settled {
+        return RESYNC;
+    }
+    let since = conditions::get(&st.conditions, READY)
+        .and_then(|c| Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(c.last_transition_time.0)).ok())
+        .unwrap_or_default();
+    (since / 10).clamp(SETTLING_MIN, RESYNC)
 }
 
 async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
@@ -450,4 +467,29 @@ fn address(a: &wit::Address) -> MachineAddress {
         wit::AddressType::InternalDns => AddressType::InternalDNS,
     };
     MachineAddress { type_, address: a.address.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn status(phase: Option<MachinePhase>, ready_changed_secs_ago: i64) -> InfraMachineStatus {
+        let mut st = InfraMachineStatus { phase, ..Default::default() };
+        conditions::set(&mut st.conditions, READY, true, "PoweredOn", "", None);
+        let then = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ready_changed_secs_ago);
+        st.conditions[0].last_transition_time = Time(then);
+        st
+    }
+
+    #[test]
+    fn machines_on_their_way_are_looked_at_soon_then_less_often() {
+        assert_eq!(next_look(&status(Some(MachinePhase::Running), 0)), RESYNC);
+        assert_eq!(next_look(&status(Some(MachinePhase::PoweredOff), 0)), RESYNC);
+        assert_eq!(next_look(&status(None, 0)), RESYNC);
+        assert_eq!(next_look(&status(Some(MachinePhase::WaitingForAddress), 0)), SETTLING_MIN);
+        let later = next_look(&status(Some(MachinePhase::WaitingForAddress), 600));
+        assert!(later >= Duration::from_secs(59) && later <= Duration::from_secs(61), "{later:?}");
+        assert_eq!(next_look(&status(Some(MachinePhase::PoweringOn), 86_400)), RESYNC);
+    }
 }

@@ -2,8 +2,9 @@
 //! Provider's grant and publish what it found — failure domains with labels, free
 //! capacity, available classes and features — and `Ready` with the reason when
 //! the backend is unreachable or refuses the credentials. Probes repeat every
-//! minute so capacity stays current; each first checks whether the Provider's
-//! credentials changed, and drops its backend session if they did.
+//! minute so capacity stays current, and at once when the Provider's credentials
+//! Secret changes; each first checks whether the credentials changed, and drops
+//! the Provider's backend session if they did.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use banlieue_api::{Provider, ProviderClass};
 use banlieue_runtime::provider::Inventory;
 use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -28,7 +30,21 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default());
     let store = controller.store();
+    let by_secret = store.clone();
     controller
+        // Fixed or rotated credentials are probed at once (and drop the backend session).
+        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |secret| {
+            let (ns, name) = (secret.namespace(), secret.name_any());
+            by_secret
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    p.namespace() == ns
+                        && p.spec.connection.credentials_ref.as_ref().and_then(|c| c.name.as_deref()) == Some(name.as_str())
+                })
+                .map(|p| ObjectRef::from_obj(&*p))
+                .collect::<Vec<_>>()
+        })
         .watches(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default(), move |class| {
             let name = class.name_any();
             store

@@ -1,0 +1,579 @@
+//! One VirtualMachine end to end through the whole control plane (scheduler, VM
+//! controller, infrastructure Machine, Provider probe, Wasm driver) on the two
+//! HTTP backends: vSphere (a real vcsim) and Proxmox VE (a real fakepve), both
+//! started on 127.0.0.1 by each test (`banlieue-test-backends`).
+//!
+//! Every test checks what the backend itself holds, through the fixture's own
+//! session with the backend's API, not only what banlieue reports in status.
+//! Each test has its own API (`TestEnv`), control plane and backend instance.
+
+use std::time::{Duration, Instant};
+
+use banlieue_api::common::{MachinePhase, PowerState};
+use banlieue_api::{Provider, VirtualMachine};
+use banlieue_test_backends::fakepve::{self, FakePve};
+use banlieue_test_backends::vcsim::{self, Vcsim};
+use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::{await_deleted, TestEnv};
+use anyhow::Context as _;
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const USER_DATA: &str = "#cloud-config\nhostname: web\nruncmd:\n  - echo hello from banlieue\n";
+const VCENTER: &str = "vcenter";
+const PVE: &str = "pve";
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+
+/// Per-test names of the cluster-scoped objects (the suite also runs on a shared cluster).
+struct Names {
+    provider_class: String,
+    vm_class: String,
+    image: String,
+}
+
+fn names(env: &TestEnv, backend: &str) -> Names {
+    let ns = &env.ns;
+    Names { provider_class: format!("{ns}-{backend}"), vm_class: format!("{ns}-{backend}-small"), image: format!("{ns}-{backend}-os") }
+}
+
+fn secret(env: &TestEnv, name: &str, data: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(b64(v)))).collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": env.ns}, "type": "Opaque", "data": data})
+}
+
+fn provider_class(name: &str, component: &str, kind: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+           "spec": {"component": {"source": format!("builtin:{component}")}, "infrastructureKind": kind,
+                    "capabilities": {"http": true, "secrets": true}}})
+}
+
+fn vm_class(name: &str, cpus: u32, memory_mib: u64, disk_gib: u64, storage_class: &str, power_off_timeout: u32) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
+           "spec": {"cpus": cpus, "memoryMiB": memory_mib, "disks": [{"name": "root", "sizeGiB": disk_gib, "storageClass": storage_class}],
+                    "nics": [{"name": "eth0", "networkClass": "default"}], "powerOffTimeoutSeconds": power_off_timeout}})
+}
+
+fn vm_image(name: &str, provider_class: &str, template: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name},
+           "spec": {"sources": [{"providerClass": provider_class, "template": template}]}})
+}
+
+/// The vSphere ProviderClass, a VMClass, a VMImage on vcsim's template, the credentials Secret
+/// (with `password`) and Provider `vcenter` on vcsim. `standard` maps to vcsim's datastore;
+/// `ghost` to a datastore vcsim does not have.
+async fn vsphere_fixtures(env: &TestEnv, vc: &Vcsim, password: &str) -> anyhow::Result<Names> {
+    let n = names(env, "vsphere");
+    for object in [
+        provider_class(&n.provider_class, "provider-vsphere", "VSphere"),
+        vm_class(&n.vm_class, 2, 2048, 10, "standard", 10),
+        vm_image(&n.image, &n.provider_class, vcsim::TEMPLATE),
+        secret(env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", password)]),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": env.ns},
+               "spec": {"providerClassRef": {"name": n.provider_class},
+                        "connection": {"endpoint": vc.url,
+                                       "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "LocalDS_0", "ghost": "no-such-datastore"},
+                                         "networkClasses": {"default": "VM Network"}}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    Ok(n)
+}
+
+/// How the Proxmox Provider reaches fakepve.
+enum PveEndpoint {
+    /// Plain http through the fixture's counting proxy (logins are counted).
+    Proxy,
+    /// fakepve's own https with its certificate as the Provider's CA bundle.
+    Https,
+}
+
+/// The Proxmox ProviderClass, a VMClass, a VMImage on fakepve's template (by VMID), the
+/// credentials Secret (with `password`) and Provider `pve`.
+async fn proxmox_fixtures(env: &TestEnv, pve: &FakePve, password: &str, endpoint: PveEndpoint) -> anyhow::Result<Names> {
+    let n = names(env, "proxmox");
+    let connection = match endpoint {
+        PveEndpoint::Proxy => json!({"endpoint": pve.proxy_url}),
+        PveEndpoint::Https => json!({"endpoint": pve.url, "caBundle": pve.ca_pem}),
+    };
+    let mut connection = connection;
+    connection["credentialsRef"] = json!({"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]});
+    for object in [
+        provider_class(&n.provider_class, "provider-proxmox", "Proxmox"),
+        vm_class(&n.vm_class, 2, 2048, 4, "standard", 5),
+        vm_image(&n.image, &n.provider_class, &fakepve::TEMPLATE_VMID.to_string()),
+        secret(env, "pve-credentials", &[("username", &pve.username), ("password", password)]),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": PVE, "namespace": env.ns},
+               "spec": {"providerClassRef": {"name": n.provider_class}, "connection": connection,
+                        "capabilities": {"storageClasses": {"standard": "local-lvm"}, "networkClasses": {"default": "vmbr0"}}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    Ok(n)
+}
+
+fn vm(env: &TestEnv, name: &str, n: &Names, provider: &str, extra: Value) -> Value {
+    let mut spec = json!({"classRef": {"name": n.vm_class}, "imageRef": {"name": n.image},
+                          "placement": {"providerRef": {"name": provider}}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": env.ns}, "spec": spec})
+}
+
+/// A Proxmox VM: pinned to node pve1, where the template's disk (on non-shared local-lvm) is.
+fn pve_vm(env: &TestEnv, name: &str, n: &Names, extra: Value) -> Value {
+    let mut v = vm(env, name, n, PVE, extra);
+    v["spec"]["placement"]["failureDomainSelector"] = json!({"matchLabels": {"banlieue.io/failure-domain": "pve1"}});
+    v
+}
+
+fn machines(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", &format!("{kind}Machine"));
+    Api::namespaced_with(env.client.clone(), &env.ns, &ApiResource::from_gvk_with_plural(&gvk, &format!("{}machines", kind.to_ascii_lowercase())))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conditions
+
+type Cond = (String, String, String);
+
+fn vm_condition(vm: &VirtualMachine, type_: &str) -> Option<Cond> {
+    let c = vm.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn provider_ready(p: &Provider) -> Option<Cond> {
+    let c = p.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn machine_condition(m: &DynamicObject, type_: &str) -> Option<Cond> {
+    let c = m.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)?;
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+fn is_ready(vm: Option<&VirtualMachine>) -> bool {
+    vm.and_then(|v| vm_condition(v, "Ready")).is_some_and(|(s, _, _)| s == "True")
+}
+
+fn power(vm: Option<&VirtualMachine>) -> Option<PowerState> {
+    vm.and_then(|v| v.status.as_ref()?.observed_power_state)
+}
+
+async fn wait_provider(providers: &Api<Provider>, name: &str, secs: u64, status: &'static str, reason: Option<&'static str>) -> anyhow::Result<Provider> {
+    let what = format!("Ready={status} {}", reason.unwrap_or(""));
+    wait_for(providers, name, secs, &what, move |p: Option<&Provider>| {
+        p.and_then(provider_ready).is_some_and(|(s, r, _)| s == status && reason.is_none_or(|want| r == want))
+    })
+    .await
+}
+
+async fn patch_spec(api: &Api<VirtualMachine>, name: &str, spec: Value) -> anyhow::Result<()> {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await?;
+    Ok(())
+}
+
+/// Make the Provider controller reconcile (probe) now. A healthy Provider is probed again only
+/// every `PROBE_INTERVAL` (60 s), and nothing tells banlieue a backend went down but a call to it.
+/// A metadata change is a watch event, so it reconciles at once without changing the Provider's
+/// spec (or generation, or its cached grants).
+async fn nudge(providers: &Api<Provider>, name: &str, value: &str) -> anyhow::Result<()> {
+    providers
+        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"banlieue-tests/nudge": value}}})))
+        .await?;
+    Ok(())
+}
+
+async fn restarted_events(env: &TestEnv) -> anyhow::Result<usize> {
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    Ok(events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Restarted")).count())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. vSphere lifecycle
+
+#[tokio::test]
+async fn a_vm_lives_and_dies_on_vsphere() -> anyhow::Result<()> {
+    let env = TestEnv::start("vsphere-lifecycle").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let names_before = vc.vm_names().await?;
+    let cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env, "VSphere");
+
+    // The Provider reports vcsim's cluster as its failure domain, with the classes it really has.
+    let p = wait_provider(&providers, VCENTER, 60, "True", Some("Probed")).await?;
+    let st = p.status.clone().unwrap_or_default();
+    let fds: Vec<&str> = st.failure_domains.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(fds, ["DC0_C0"], "vcsim's one cluster: {st:?}");
+    let fd = &st.failure_domains[0];
+    assert_eq!(fd.storage_classes, ["standard"], "ghost maps to a datastore vcsim lacks: not offered");
+    assert_eq!(fd.network_classes, ["default"]);
+    assert_eq!(fd.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("DC0_C0"));
+    assert!(provider_ready(&p).unwrap().2.contains("vCenter"), "the backend's version: {:?}", provider_ready(&p));
+
+    apply(&env.client, secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
+    apply(&env.client, vm(&env, "web", &n, VCENTER, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    // vcsim's stand-in for VMware Tools reports the guest address within 50 ms of power-on, so the
+    // VM must show it within seconds: a Machine WaitingForAddress is described again after
+    // machine::SETTLING_MIN, not only at RESYNC (300 s).
+    let ready = wait_for(&vms, "web", 30, "Ready with an address", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()).is_some_and(|s| !s.addresses.is_empty())
+    })
+    .await
+    .context("a Machine WaitingForAddress must be described again soon, not only at RESYNC")?;
+    let status = ready.status.clone().unwrap_or_default();
+    let scheduled = status.scheduled.clone().expect("scheduled");
+    assert_eq!((scheduled.provider.as_str(), scheduled.failure_domain.as_str()), (VCENTER, "DC0_C0"));
+    assert_eq!(status.phase, Some(MachinePhase::Running));
+    assert_eq!(status.observed_power_state, Some(PowerState::PoweredOn));
+
+    // On vcsim: exactly one VM with the Machine's UID as instanceUuid, powered on, with the user-data.
+    let machine = machines.get("web").await?;
+    let uid = machine.uid().expect("uid");
+    let moref = vc.find_vm(&uid).await?.expect("a VM with the Machine's UID as instanceUuid on vcsim");
+    assert_eq!(vc.vm_property(&moref, "config.instanceUuid").await?.as_deref(), Some(uid.as_str()));
+    let vm_name = format!("{}_web", env.ns);
+    assert_eq!(vc.name(&moref).await?, vm_name);
+    let names_now = vc.vm_names().await?;
+    assert_eq!(names_now.iter().filter(|n| **n == vm_name).count(), 1, "{names_now:?}");
+    assert_eq!(names_now.len(), names_before.len() + 1, "exactly one VM created: {names_now:?}");
+    assert_eq!(vc.power_state(&moref).await?, "poweredOn");
+    assert_eq!(vc.extra_config(&moref, "guestinfo.userdata").await?, Some(b64(USER_DATA)));
+    assert_eq!(vc.vm_property(&moref, "config.hardware.numCPU").await?.as_deref(), Some("2"));
+    assert_eq!(vc.vm_property(&moref, "config.hardware.memoryMB").await?.as_deref(), Some("2048"));
+    let ips = vc.guest_ips(&moref).await?;
+    assert!(!ips.is_empty(), "vcsim reports a guest IP");
+    let addresses: Vec<&str> = status.addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(addresses, ips.iter().map(String::as_str).collect::<Vec<_>>(), "the VM's addresses are vcsim's guest IPs");
+    let provider_id = machine.data["spec"]["providerID"].as_str().unwrap_or_default().to_string();
+    let bios = vc.vm_property(&moref, "config.uuid").await?.unwrap_or_default();
+    assert!(provider_id.starts_with("vsphere://"), "{provider_id}");
+    assert_eq!(provider_id, format!("vsphere://{bios}"));
+
+    // Soft power-off: vcsim's VM is off, the VM reports it and is Ready in that state.
+    patch_spec(&vms, "web", json!({"powerOffMode": "Soft", "desiredPowerState": "PoweredOff"})).await?;
+    wait_for(&vms, "web", 60, "PoweredOff and Ready", |v: Option<&VirtualMachine>| is_ready(v) && power(v) == Some(PowerState::PoweredOff)).await?;
+    assert_eq!(vc.power_state(&moref).await?, "poweredOff");
+    assert_eq!(machines.get("web").await?.data["spec"]["vm"]["powerOffMode"], "Soft");
+
+    patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOn"})).await?;
+    wait_for(&vms, "web", 60, "PoweredOn and Ready", |v: Option<&VirtualMachine>| is_ready(v) && power(v) == Some(PowerState::PoweredOn)).await?;
+    assert_eq!(vc.power_state(&moref).await?, "poweredOn");
+
+    // Restart: one new restartRequestedAt, one restart, powered on at the end.
+    let stamp = "2026-12-03T10:00:00Z";
+    patch_spec(&vms, "web", json!({"restartRequestedAt": stamp})).await?;
+    wait_for(&vms, "web", 60, "restart recorded", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.last_restart_requested_at.clone()).as_deref() == Some(stamp)
+    })
+    .await?;
+    assert_eq!(restarted_events(&env).await?, 1, "exactly one restart for one new restartRequestedAt");
+    assert_eq!(vc.power_state(&moref).await?, "poweredOn");
+    assert_eq!(vc.find_vm(&uid).await?.as_deref(), Some(moref.as_str()), "restarted in place, not recreated");
+
+    // Delete: the VM goes after the Machine, which goes after vcsim's VM.
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    await_deleted(&machines, "web").await?;
+    assert_eq!(vc.find_vm(&uid).await?, None, "no VM with the Machine's UID left on vcsim");
+    let names_after = vc.vm_names().await?;
+    assert!(!names_after.contains(&vm_name), "{names_after:?}");
+    assert_eq!(names_after, names_before);
+
+    // Everything — probes, create, describes, power, restart, delete — over one vCenter session.
+    assert_eq!(vc.login_count().await?, 1, "one login for the whole lifecycle");
+    drop(cp);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Proxmox lifecycle
+
+#[tokio::test]
+async fn a_vm_lives_and_dies_on_proxmox() -> anyhow::Result<()> {
+    let env = TestEnv::start("proxmox-lifecycle").await?;
+    env.install_crds().await?;
+    let pve = FakePve::start().await?;
+    let before = pve.vms().await?;
+    let cp = ControlPlane::start(&env)?;
+    // Through the counting proxy: every ticket login the control plane makes is counted.
+    let n = proxmox_fixtures(&env, &pve, &pve.password.clone(), PveEndpoint::Proxy).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env, "Proxmox");
+
+    let p = wait_provider(&providers, PVE, 60, "True", Some("Probed")).await?;
+    let fds: Vec<String> = p.status.clone().unwrap_or_default().failure_domains.into_iter().map(|f| f.name).collect();
+    assert_eq!(fds, ["pve1", "pve2"], "fakepve's nodes");
+
+    apply(&env.client, secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
+    apply(&env.client, pve_vm(&env, "web", &n, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    // fakepve's guest agent answers only for its pre-seeded VMs, never for a fresh clone: the VM
+    // is Ready (provisioned, powered on as asked) but its phase stays WaitingForAddress.
+    let ready = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let status = ready.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(MachinePhase::WaitingForAddress), "{status:?}");
+    assert!(status.addresses.is_empty());
+    assert_eq!(status.observed_power_state, Some(PowerState::PoweredOn));
+    assert_eq!(status.scheduled.as_ref().map(|s| s.failure_domain.as_str()), Some("pve1"));
+
+    let machine = machines.get("web").await?;
+    let uid = machine.uid().expect("uid");
+    let [found] = <[_; 1]>::try_from(pve.vms_tagged(&uid).await?).map_err(|v| anyhow::anyhow!("exactly one VM tagged with the UID: {v:?}"))?;
+    assert_eq!((found.name.as_str(), found.node.as_str(), found.status.as_str()), (format!("web.{}", env.ns).as_str(), "pve1", "running"));
+    assert!(!before.iter().any(|v| v.vmid == found.vmid), "a new VMID");
+    assert_eq!(pve.vms().await?.len(), before.len() + 1);
+    assert_eq!(machine.data["spec"]["providerID"].as_str(), Some(format!("proxmox://pve1/{}", found.vmid).as_str()));
+    let c = pve.vm_config("pve1", found.vmid).await?;
+    let s = |k: &str| c[k].as_str().map(String::from).unwrap_or_else(|| c[k].to_string());
+    assert_eq!((s("cores"), s("memory")), ("2".to_string(), "2048".to_string()), "the class's shape: {c}");
+    assert_eq!(s("ide2"), "local-lvm:cloudinit", "a cloud-init drive: {c}");
+    assert!(s("scsi0").starts_with(&format!("local-lvm:vm-{}-disk-", found.vmid)), "{c}");
+    assert!(s("description").contains(&format!("banlieue-uid: {uid}")), "{c}");
+
+    // TrySoft power-off: fakepve's guest honours the shutdown request, so no hard stop is needed.
+    patch_spec(&vms, "web", json!({"powerOffMode": "TrySoft", "desiredPowerState": "PoweredOff"})).await?;
+    wait_for(&vms, "web", 60, "PoweredOff and Ready", |v: Option<&VirtualMachine>| is_ready(v) && power(v) == Some(PowerState::PoweredOff)).await?;
+    assert_eq!(pve.vm_status("pve1", found.vmid).await?["status"], "stopped");
+    let tasks: Vec<String> = pve.tasks("pve1").await?.iter().map(|t| t["type"].as_str().unwrap_or_default().to_string()).collect();
+    assert_eq!(tasks.iter().filter(|t| *t == "qmshutdown").count(), 1, "asked the guest once: {tasks:?}");
+    assert_eq!(tasks.iter().filter(|t| *t == "qmstop").count(), 0, "never pulled the plug: {tasks:?}");
+
+    patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOn"})).await?;
+    wait_for(&vms, "web", 60, "PoweredOn and Ready", |v: Option<&VirtualMachine>| is_ready(v) && power(v) == Some(PowerState::PoweredOn)).await?;
+    assert_eq!(pve.vm_status("pve1", found.vmid).await?["status"], "running");
+
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    await_deleted(&machines, "web").await?;
+    assert!(pve.vms_tagged(&uid).await?.is_empty(), "nothing tagged with the UID left");
+    assert!(pve.vms().await?.iter().all(|v| v.vmid != found.vmid));
+    assert_eq!(pve.vms().await?, before);
+
+    assert_eq!(pve.logins(), 1, "one ticket login for the whole lifecycle");
+    let seen = pve.requests();
+    assert!(seen.iter().filter(|s| !s.path.ends_with("/access/ticket")).all(|s| s.auth == "ticket"), "{seen:?}");
+    drop(cp);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A crash between the backend call and the status write
+
+#[tokio::test]
+async fn a_crash_after_the_clone_before_the_status_write_makes_no_second_vm() -> anyhow::Result<()> {
+    let env = TestEnv::start("vsphere-crash").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let count_before = vc.vm_names().await?.len();
+    let cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env, "VSphere");
+    wait_provider(&providers, VCENTER, 60, "True", None).await?;
+
+    apply(&env.client, vm(&env, "crashy", &n, VCENTER, json!({}))).await?;
+    let uid = wait_for(&machines, "crashy", 60, "Machine exists", |m: Option<&DynamicObject>| m.is_some()).await?.uid().expect("uid");
+    // vcsim is the backend's own API: no watch exists, so poll it (bounded) and kill the control
+    // plane the moment the VM with the Machine's UID exists, whatever the Machine's status says.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if vc.find_vm(&uid).await?.is_some() {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no VM with UID {uid} appeared on vcsim within 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cp.kill();
+    let at_kill = machines.get("crashy").await?;
+    eprintln!(
+        "killed with the Machine's status: provisioned={} providerID={}",
+        at_kill.data["status"]["initialization"]["provisioned"],
+        at_kill.data["spec"]["providerID"]
+    );
+
+    let _cp = ControlPlane::start(&env)?;
+    wait_for(&vms, "crashy", 90, "Ready after restart", is_ready).await?;
+    let moref = vc.find_vm(&uid).await?.expect("the VM is still there");
+    let names = vc.vm_names().await?;
+    let vm_name = format!("{}_crashy", env.ns);
+    assert_eq!(names.iter().filter(|n| **n == vm_name).count(), 1, "exactly one VM for the Machine: {names:?}");
+    assert_eq!(names.len(), count_before + 1, "vcsim's VM count grew by exactly one: {names:?}");
+    assert_eq!(vc.power_state(&moref).await?, "poweredOn");
+    assert_eq!(machines.get("crashy").await?.uid().as_deref(), Some(uid.as_str()), "the same Machine");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Wrong credentials, then fixed
+
+#[tokio::test]
+async fn refused_credentials_are_reported_and_fixing_the_secret_recovers_on_vsphere() -> anyhow::Result<()> {
+    let env = TestEnv::start("vsphere-creds").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    vsphere_fixtures(&env, &vc, "not-the-password").await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+
+    let p = wait_provider(&providers, VCENTER, 60, "False", Some("CredentialsRefused")).await?;
+    let (_, _, message) = provider_ready(&p).unwrap();
+    assert!(message.contains("InvalidLogin"), "names vCenter's complaint: {message}");
+    assert!(p.status.unwrap().failure_domains.is_empty());
+    assert_eq!(vc.login_count().await?, 0, "vcsim refused every login");
+
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    secrets
+        .patch("vcenter-credentials", &PatchParams::default(), &Patch::Merge(json!({"data": {"password": b64(vcsim::PASSWORD)}})))
+        .await?;
+    // The Provider reconciler watches its credentials Secret: no nudge, no minute's wait.
+    let p = wait_provider(&providers, VCENTER, 30, "True", Some("Probed")).await?;
+    assert_eq!(p.status.unwrap().failure_domains.len(), 1);
+    assert_eq!(vc.login_count().await?, 1, "logged in with the fixed password");
+    Ok(())
+}
+
+#[tokio::test]
+async fn refused_credentials_are_reported_and_fixing_the_secret_recovers_on_proxmox() -> anyhow::Result<()> {
+    let env = TestEnv::start("proxmox-creds").await?;
+    env.install_crds().await?;
+    let pve = FakePve::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    // Over https, trusting fakepve's certificate through the Provider's caBundle.
+    proxmox_fixtures(&env, &pve, "not-the-password", PveEndpoint::Https).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+
+    let p = wait_provider(&providers, PVE, 60, "False", Some("CredentialsRefused")).await?;
+    let (_, _, message) = provider_ready(&p).unwrap();
+    assert!(message.contains("refused the login") && message.contains("401"), "names Proxmox VE's complaint: {message}");
+
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    secrets.patch("pve-credentials", &PatchParams::default(), &Patch::Merge(json!({"data": {"password": b64(&pve.password)}}))).await?;
+    let p = wait_provider(&providers, PVE, 30, "True", Some("Probed")).await?;
+    assert_eq!(p.status.unwrap().failure_domains.len(), 2);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Backend down
+
+#[tokio::test]
+async fn a_stopped_vcenter_makes_its_provider_and_machines_unavailable() -> anyhow::Result<()> {
+    let env = TestEnv::start("vsphere-down").await?;
+    env.install_crds().await?;
+    let mut vc = Vcsim::start().await?;
+    let endpoint = vc.url.trim_start_matches("http://").trim_end_matches("/sdk").to_string();
+    let cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env, "VSphere");
+    wait_provider(&providers, VCENTER, 60, "True", None).await?;
+    apply(&env.client, vm(&env, "early", &n, VCENTER, json!({}))).await?;
+    wait_for(&vms, "early", 90, "Ready", is_ready).await?;
+
+    vc.stop();
+    // A healthy Provider is probed every 60 s; nudge it so it probes now (see `nudge`).
+    nudge(&providers, VCENTER, "backend-stopped").await?;
+    let p = wait_provider(&providers, VCENTER, 30, "False", Some("BackendUnavailable")).await?;
+    let (_, _, message) = provider_ready(&p).unwrap();
+    assert!(message.contains(&endpoint), "names the backend {endpoint}: {message}");
+
+    // The Provider's change wakes its Machines: the one that exists cannot be described.
+    let m = wait_for(&machines, "early", 30, "Machine Ready=False BackendUnavailable", |m: Option<&DynamicObject>| {
+        m.and_then(|m| machine_condition(m, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == "BackendUnavailable")
+    })
+    .await?;
+    let (_, _, message) = machine_condition(&m, "Ready").unwrap();
+    assert!(message.contains(&endpoint), "the Machine's condition names the backend {endpoint}: {message}");
+    let v = wait_for(&vms, "early", 30, "VM not Ready", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| vm_condition(v, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == "BackendUnavailable")
+    })
+    .await?;
+    assert!(vm_condition(&v, "Ready").unwrap().2.contains(&endpoint));
+
+    // A VM applied now is not placed on the unavailable Provider, and says why.
+    apply(&env.client, vm(&env, "late", &n, VCENTER, json!({}))).await?;
+    let v = wait_for(&vms, "late", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| vm_condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
+    })
+    .await?;
+    let (_, _, message) = vm_condition(&v, "Scheduled").unwrap();
+    assert!(message.contains(VCENTER) && message.contains("BackendUnavailable"), "{message}");
+    assert!(!is_ready(Some(&v)));
+    assert!(machines.get_opt("late").await?.is_none(), "no Machine for an unplaceable VM");
+
+    // Nothing panicked: the control plane went on reconciling after the backend died (above), and
+    // its metrics count the failed calls by outcome.
+    let metrics = cp.ctx.metrics.render();
+    let line = format!(r#"banlieue_component_calls_total{{component="{}",function="probe",outcome="Unavailable"}}"#, n.provider_class);
+    assert!(metrics.contains(&line), "metrics lack {line}:\n{metrics}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Bad input
+
+#[tokio::test]
+async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow::Result<()> {
+    let env = TestEnv::start("vsphere-bad").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let names_before = vc.vm_names().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let machines = machines(&env, "VSphere");
+    wait_provider(&providers, VCENTER, 60, "True", None).await?;
+
+    // An image whose template vcsim does not have.
+    let missing = Names { image: format!("{}-missing-template", env.ns), ..names(&env, "vsphere") };
+    apply(&env.client, vm_image(&missing.image, &n.provider_class, "no-such-template")).await?;
+    apply(&env.client, vm(&env, "orphan", &missing, VCENTER, json!({}))).await?;
+    let m = wait_for(&machines, "orphan", 60, "Machine Ready=False InvalidSpec", |m: Option<&DynamicObject>| {
+        m.and_then(|m| machine_condition(m, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == "InvalidSpec")
+    })
+    .await?;
+    let (_, _, message) = machine_condition(&m, "Ready").unwrap();
+    assert!(message.contains("no-such-template"), "names the template: {message}");
+    let v = wait_for(&vms, "orphan", 30, "VM Ready=False InvalidSpec", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| vm_condition(v, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == "InvalidSpec")
+    })
+    .await?;
+    assert!(vm_condition(&v, "Ready").unwrap().2.contains("no-such-template"));
+    assert_eq!(vc.find_vm(&m.uid().unwrap_or_default()).await?, None);
+    assert_eq!(vc.vm_names().await?, names_before, "nothing created on vcsim");
+
+    // A class whose disk needs `ghost`, which the Provider maps to a datastore vcsim lacks: the
+    // probe does not offer it, so the VM is placed nowhere.
+    let ghost = Names { vm_class: format!("{}-ghost", env.ns), ..names(&env, "vsphere") };
+    apply(&env.client, vm_class(&ghost.vm_class, 1, 512, 4, "ghost", 10)).await?;
+    apply(&env.client, vm(&env, "ghostly", &ghost, VCENTER, json!({}))).await?;
+    let v = wait_for(&vms, "ghostly", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| vm_condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
+    })
+    .await?;
+    let (_, _, message) = vm_condition(&v, "Scheduled").unwrap();
+    assert!(message.contains("\"ghost\""), "names the storage class: {message}");
+    assert!(!is_ready(Some(&v)));
+    assert!(machines.get_opt("ghostly").await?.is_none(), "no Machine for an unplaceable VM");
+    assert_eq!(vc.vm_names().await?, names_before, "nothing created on vcsim");
+    Ok(())
+}
