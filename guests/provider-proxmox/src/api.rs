@@ -374,9 +374,31 @@ fn unquote(s: &str) -> String {
     s.to_string()
 }
 
+/// The VMID to try on attempt `attempt` (from 0) when `/cluster/nextid` answered `next`:
+/// `next` itself first, then a random one above it in a window that doubles per attempt
+/// (16, 32, …), so concurrent creates that collided spread out instead of colliding again.
+pub fn candidate_vmid(next: u64, attempt: u32, random: u64) -> u64 {
+    if attempt == 0 {
+        return next;
+    }
+    let window = 8u64 << attempt.min(16);
+    next + 1 + random % window
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn collided_creates_spread_over_a_growing_window() {
+        assert_eq!(candidate_vmid(100, 0, 12345), 100);
+        for r in [0, 7, 15, u64::MAX] {
+            let id = candidate_vmid(100, 1, r);
+            assert!((101..=116).contains(&id), "{id}");
+        }
+        assert!((101..=164).contains(&candidate_vmid(100, 3, u64::MAX)));
+        assert!(candidate_vmid(100, 30, u64::MAX) < 100 + (8 << 16) + 2, "the window is bounded");
+    }
     use serde_json::json;
 
     #[test]

@@ -86,9 +86,15 @@ pub struct Proxmox;
 
 const CLONE_TIMEOUT_MS: u64 = 600_000;
 const TASK_TIMEOUT_MS: u64 = 120_000;
-const CLONE_ATTEMPTS: usize = 5;
+const CLONE_ATTEMPTS: u32 = 8;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
+
+/// A random number from the host's WASI random source (std seeds `RandomState` from it).
+fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
+}
 
 /// A machine created powered off is stopped hard if found running (nothing to shut down gracefully yet).
 const CREATE_POWER_OFF: PowerOff = PowerOff { mode: PowerOffMode::Hard, timeout_ms: 0 };
@@ -558,9 +564,12 @@ impl Driver for Proxmox {
 
         let mut created = None;
         let mut last = String::new();
-        for _ in 0..CLONE_ATTEMPTS {
-            let newid = api::num(Some(&pve.get("/cluster/nextid")?))
+        for attempt in 0..CLONE_ATTEMPTS {
+            let next = api::num(Some(&pve.get("/cluster/nextid")?))
                 .ok_or_else(|| Error::Internal("/cluster/nextid did not answer a VMID".into()))?;
+            // PVE does not reserve the ID it answers: creates racing for it collide, so
+            // after a collision each tries a random ID above it instead.
+            let newid = api::candidate_vmid(next, attempt, random());
             let mut params: Vec<(String, String)> = vec![
                 ("newid".into(), newid.to_string()),
                 ("name".into(), vm_name.clone()),

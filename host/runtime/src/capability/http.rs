@@ -45,7 +45,8 @@ pub struct HttpGrant {
     port: u16,
     /// Addresses the host had when the grant was made.
     addresses: BTreeSet<IpAddr>,
-    /// PEM CA bundle trusted for the endpoint (system roots when `None`).
+    /// PEM CA bundle trusted for the endpoint (system roots when `None`). Like the
+    /// insecure flag, set it before the first request: clients are built once per grant.
     pub ca_bundle: Option<String>,
     pub insecure_skip_tls_verify: bool,
     /// Allow link-local / metadata addresses (only when a Provider really lives there).
@@ -55,6 +56,9 @@ pub struct HttpGrant {
     /// Requests in flight at once, shared by every call of one Provider.
     pub concurrency: Arc<Semaphore>,
     resolver: Arc<dyn Resolve>,
+    /// One client per checked address, shared by every call under this grant: building one
+    /// loads the trust roots (milliseconds of CPU), and a kept one reuses its connections.
+    clients: Arc<std::sync::Mutex<std::collections::HashMap<SocketAddr, reqwest::Client>>>,
 }
 
 /// Default caps.
@@ -121,6 +125,7 @@ impl HttpGrant {
             max_request_time: MAX_REQUEST_TIME,
             concurrency: Arc::new(Semaphore::new(MAX_CONCURRENT)),
             resolver,
+            clients: Arc::default(),
         })
     }
 
@@ -156,7 +161,18 @@ impl HttpGrant {
         Ok((url, SocketAddr::new(ip, port)))
     }
 
-    fn client(&self, addr: SocketAddr, timeout: Duration) -> Result<reqwest::Client, WitError> {
+    /// The client pinned to `addr` (an address [`check`](Self::check) allowed), built once.
+    fn client(&self, addr: SocketAddr) -> Result<reqwest::Client, WitError> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = clients.get(&addr) {
+            return Ok(c.clone());
+        }
+        let client = self.build_client(addr)?;
+        clients.insert(addr, client.clone());
+        Ok(client)
+    }
+
+    fn build_client(&self, addr: SocketAddr) -> Result<reqwest::Client, WitError> {
         // reqwest is built without a bundled crypto provider; use ring, process-wide.
         static PROVIDER: std::sync::Once = std::sync::Once::new();
         PROVIDER.call_once(|| {
@@ -166,8 +182,7 @@ impl HttpGrant {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .resolve(&self.host, addr)
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)));
+            .connect_timeout(self.max_request_time.min(Duration::from_secs(10)));
         if let Some(pem) = &self.ca_bundle {
             let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
                 .map_err(|e| WitError::InvalidSpec(format!("Provider CA bundle is not valid PEM: {e}")))?;
@@ -186,9 +201,9 @@ impl HttpGrant {
             .map_err(|_| WitError::InvalidSpec(format!("invalid HTTP method {:?}", req.method)))?;
         let timeout = req.timeout_ms.map(|ms| Duration::from_millis(ms.into())).unwrap_or(self.max_request_time).min(self.max_request_time);
         let _permit = self.concurrency.acquire().await.map_err(|_| WitError::Unavailable("HTTP capability closed".into()))?;
-        let client = self.client(addr, timeout)?;
+        let client = self.client(addr)?;
         crate::usage::http_request();
-        let mut rb = client.request(method, url);
+        let mut rb = client.request(method, url).timeout(timeout);
         for (k, v) in &req.headers {
             if k.eq_ignore_ascii_case("host") {
                 continue; // the URL decides the host
