@@ -577,3 +577,123 @@ async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow:
     assert_eq!(vc.vm_names().await?, names_before, "nothing created on vcsim");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// One VM across all three backends
+
+/// Where a VM named `name` exists, asked of each backend's own API: (vcsim, fakepve, libvirt) counts.
+async fn census(env: &TestEnv, vc: &Vcsim, pve: &FakePve, libvirt: &banlieue_libvirt::Libvirt, name: &str) -> anyhow::Result<(usize, usize, usize)> {
+    let on_vsphere = vc.vm_names().await?.iter().filter(|n| **n == format!("{}_{name}", env.ns)).count();
+    let on_proxmox = pve.vms().await?.iter().filter(|v| v.name == format!("{name}.{}", env.ns)).count();
+    let on_libvirt = libvirt.domain_list().await?.iter().filter(|d| d.name == format!("{}_{name}", env.ns)).count();
+    Ok((on_vsphere, on_proxmox, on_libvirt))
+}
+
+/// Wait until the VM is Ready on `provider` (a new Machine, not the old one going away).
+async fn ready_on(vms: &Api<VirtualMachine>, name: &str, provider: &'static str) -> anyhow::Result<VirtualMachine> {
+    wait_for(vms, name, 90, &format!("Ready on {provider}"), move |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.scheduled.as_ref()).is_some_and(|s| s.provider == provider)
+    })
+    .await
+}
+
+fn machine_uid(vm: &VirtualMachine) -> String {
+    vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field() -> anyhow::Result<()> {
+    let env = TestEnv::start("swap").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
+    let cp = ControlPlane::start(&env)?;
+    // The test's own connection keeps the test driver's state and checks it.
+    let libvirt = cp.ctx.libvirt.get("test:///default").await?;
+    let ns = &env.ns;
+    let (vsphere, proxmox, libvirt_class) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-libvirt"));
+    let (class, image) = (format!("{ns}-any-small"), format!("{ns}-any-os"));
+    for object in [
+        provider_class(&vsphere, "provider-vsphere", "VSphere"),
+        provider_class(&proxmox, "provider-proxmox", "Proxmox"),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": libvirt_class},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        vm_class(&class, 1, 512, 4, "standard", 5),
+        // One image, a source per provider class: what lets the same VM land anywhere.
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"sources": [{"providerClass": vsphere, "template": vcsim::TEMPLATE},
+                                    {"providerClass": proxmox, "template": fakepve::TEMPLATE_VMID.to_string()},
+                                    {"providerClass": libvirt_class, "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
+        secret(&env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", vcsim::PASSWORD)]),
+        secret(&env, "pve-credentials", &[("username", &pve.username), ("password", &pve.password)]),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": ns},
+               "spec": {"providerClassRef": {"name": vsphere},
+                        "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "LocalDS_0"}, "networkClasses": {"default": "VM Network"}}}}),
+        // shared-dir is on every node, so the clone may land on either.
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": PVE, "namespace": ns},
+               "spec": {"providerClassRef": {"name": proxmox},
+                        "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem,
+                                       "credentialsRef": {"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
+               "spec": {"providerClassRef": {"name": libvirt_class}, "connection": {"endpoint": "test:///default"},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    let n = Names { provider_class: vsphere.clone(), vm_class: class.clone(), image: image.clone() };
+    apply(&env.client, vm(&env, "roamer", &n, VCENTER, json!({}))).await?;
+
+    // vSphere.
+    let on_vc = ready_on(&vms, "roamer", VCENTER).await?;
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (1, 0, 0));
+    assert!(vc.find_vm(&machine_uid(&on_vc)).await?.is_some(), "vcsim holds the VSphereMachine's VM");
+
+    // One field: placement.providerRef. → Proxmox VE.
+    patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": PVE}}})).await?;
+    let on_pve = ready_on(&vms, "roamer", PVE).await?;
+    assert_ne!(machine_uid(&on_pve), machine_uid(&on_vc), "a new Machine on the new backend");
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 1, 0));
+    assert_eq!(pve.vms_tagged(&machine_uid(&on_pve)).await?.len(), 1);
+
+    // → libvirt.
+    patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": "kvm"}}})).await?;
+    let on_kvm = ready_on(&vms, "roamer", "kvm").await?;
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1));
+    let domain = libvirt.domain_list().await?.into_iter().find(|d| d.name == format!("{ns}_roamer")).context("domain")?;
+    assert_eq!(domain.uuid, machine_uid(&on_kvm), "the domain is the LibvirtMachine's");
+
+    // Each move is told: the VM's Events say where it went and why.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), ns);
+    let moves = events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Moving")).count();
+    assert!(moves >= 2, "a Moving event per move, saw {moves}");
+
+    // migrationPolicy Never: a new placement is reported, not acted on.
+    patch_spec(&vms, "roamer", json!({"migrationPolicy": "Never", "placement": {"providerRef": {"name": VCENTER}}})).await?;
+    let held = wait_for(&vms, "roamer", 30, "PlacementValid=False", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| vm_condition(v, "PlacementValid")).is_some_and(|(s, _, _)| s == "False")
+    })
+    .await?;
+    assert_eq!(held.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| s.provider.as_str()), Some("kvm"));
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1), "Never: it stays where it is");
+
+    // Manual: still held until the user bumps the restart field, then it moves.
+    patch_spec(&vms, "roamer", json!({"migrationPolicy": "Manual"})).await?;
+    wait_for(&vms, "roamer", 30, "Manual observed", |v: Option<&VirtualMachine>| {
+        v.is_some_and(|v| v.status.as_ref().and_then(|s| s.observed_generation) == v.metadata.generation)
+            && v.and_then(|v| vm_condition(v, "PlacementValid")).is_some_and(|(s, _, _)| s == "False")
+    })
+    .await?;
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1), "Manual: no move without a restart");
+    patch_spec(&vms, "roamer", json!({"restartRequestedAt": "2026-12-03T12:00:00Z"})).await?;
+    ready_on(&vms, "roamer", VCENTER).await?;
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (1, 0, 0));
+
+    // Delete: nothing anywhere.
+    vms.delete("roamer", &Default::default()).await?;
+    await_deleted(&vms, "roamer").await?;
+    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 0));
+    Ok(())
+}

@@ -39,6 +39,8 @@ pub const BUILTIN_INFRA_KINDS: [&str; 3] = ["VSphere", "Proxmox", "Libvirt"];
     printcolumn(name = "ProviderID", type_ = "string", json_path = ".spec.providerID"),
     printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Phase", type_ = "string", priority = 1, json_path = ".status.phase"),
+    printcolumn(name = "Addresses", type_ = "string", priority = 1, json_path = ".status.addresses[*].address"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
