@@ -24,6 +24,7 @@ bench:
 	cargo bench -p banlieue-apiserver --bench apiserver
 	guests/build.sh && cargo bench -p banlieue-runtime --bench runtime
 	cargo bench -p banlieue-tests --bench control_loop
+	cargo bench -p banlieue-tests --bench providers
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
 FUZZ_SECONDS ?= 60
