@@ -8,8 +8,6 @@
 //! `cargo bench -p banlieue-tests --bench control_loop` (BENCH_VMS=1000, BENCH_TRACKED=10000)
 
 use std::collections::HashSet;
-use std::io::Read;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use banlieue_api::VirtualMachine;
@@ -52,29 +50,12 @@ fn heap_mib() -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    if let Ok(dir) = std::env::var("BANLIEUE_BENCH_API_DIR") {
-        return serve_api(Path::new(&dir));
+    if let Some(served) = banlieue_tests::bench::serve_if_child() {
+        return served;
     }
     let vms: usize = std::env::var("BENCH_VMS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let tracked: usize = std::env::var("BENCH_TRACKED").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(vms, tracked))
-}
-
-/// Child mode: the embedded API server until stdin closes (the parent ended).
-fn serve_api(dir: &Path) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async {
-        let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config::default()).await?;
-        server.write_kubeconfig(&dir.join("kubeconfig"))?;
-        std::fs::write(dir.join("ready"), b"")?;
-        tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
-        })
-        .await?;
-        server.shutdown().await;
-        Ok(())
-    })
 }
 
 fn rss_mib() -> f64 {
@@ -128,20 +109,8 @@ async fn await_ready(client: &kube::Client, mut want: HashSet<String>, limit: Du
 
 async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut server = std::process::Command::new(std::env::current_exe()?)
-        .env("BANLIEUE_BENCH_API_DIR", dir.path())
-        .stdin(std::process::Stdio::piped())
-        .spawn()?;
-    let started = Instant::now();
-    while !dir.path().join("ready").exists() {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "API server did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let client = banlieue_tests::client_for(&dir.path().join("kubeconfig")).await?;
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-    for crd in banlieue_api::crdgen::all_crds() {
-        crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd)).await?;
-    }
+    let server = banlieue_tests::bench::ChildApiServer::start().await?;
+    let client = server.client.clone();
     // A big host: placement capacity and the pool never run out.
     let uri = libvirt_test_node(dir.path(), "bench-host", 64, 1024, 1 << 20)?;
     for object in [
@@ -229,8 +198,6 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     );
     println!("live heap: {heap_after_ready:.0} MiB with {} VMs Ready, {:.0} MiB with {} VMs tracked", vms + 1, heap_mib(), vms + 1 + extra_count);
     roles.abort();
-    // Closing its stdin stops the API server.
-    drop(server.stdin.take());
-    let _ = server.wait();
+    drop(server);
     Ok(())
 }

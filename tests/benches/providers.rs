@@ -21,8 +21,6 @@
 //! fakepve (`tests/backends/fakepve/install.sh`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::io::Read;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,27 +40,10 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 fn main() -> anyhow::Result<()> {
-    if let Ok(dir) = std::env::var("BANLIEUE_BENCH_API_DIR") {
-        return serve_api(Path::new(&dir));
+    if let Some(served) = banlieue_tests::bench::serve_if_child() {
+        return served;
     }
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench())
-}
-
-/// Child mode: the embedded API server until stdin closes (the parent ended).
-fn serve_api(dir: &Path) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async {
-        let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config::default()).await?;
-        server.write_kubeconfig(&dir.join("kubeconfig"))?;
-        std::fs::write(dir.join("ready"), b"")?;
-        tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
-        })
-        .await?;
-        server.shutdown().await;
-        Ok(())
-    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -543,20 +524,8 @@ async fn bench() -> anyhow::Result<()> {
     }
 
     let dir = tempfile::tempdir()?;
-    let mut server = std::process::Command::new(std::env::current_exe()?)
-        .env("BANLIEUE_BENCH_API_DIR", dir.path())
-        .stdin(std::process::Stdio::piped())
-        .spawn()?;
-    let started = Instant::now();
-    while !dir.path().join("ready").exists() {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "API server did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let client = banlieue_tests::client_for(&dir.path().join("kubeconfig")).await?;
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-    for crd in banlieue_api::crdgen::all_crds() {
-        crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd)).await?;
-    }
+    let server = banlieue_tests::bench::ChildApiServer::start().await?;
+    let client = server.client.clone();
     for object in [
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "vsphere"},
                "spec": {"component": {"source": "builtin:provider-vsphere"}, "infrastructureKind": "VSphere", "capabilities": {"http": true, "secrets": true}}}),
@@ -650,8 +619,6 @@ async fn bench() -> anyhow::Result<()> {
         );
     }
     roles.abort();
-    // Closing its stdin stops the API server.
-    drop(server.stdin.take());
-    let _ = server.wait();
+    drop(server);
     Ok(())
 }

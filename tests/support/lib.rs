@@ -13,6 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 
+pub mod bench;
 pub mod control;
 
 /// Events kept by the embedded server in tests (small, so `410 Gone` is reachable).

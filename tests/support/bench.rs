@@ -1,0 +1,75 @@
+//! The benchmarks' API server, run in a child process (the bench binary again), so
+//! what a benchmark measures in its own process — RSS, CPU — is the control plane's alone.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, Patch, PatchParams};
+
+/// Set in the child: the directory to write its kubeconfig and `ready` marker to.
+const CHILD_ENV: &str = "BANLIEUE_BENCH_API_DIR";
+
+/// Call first in a benchmark's `main`: in the child process, serve the API until the
+/// parent closes stdin and return its result; in the parent, `None`.
+pub fn serve_if_child() -> Option<anyhow::Result<()>> {
+    let dir = std::env::var(CHILD_ENV).ok()?;
+    Some(serve(Path::new(&dir)))
+}
+
+fn serve(dir: &Path) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config::default()).await?;
+        server.write_kubeconfig(&dir.join("kubeconfig"))?;
+        std::fs::write(dir.join("ready"), b"")?;
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await?;
+        server.shutdown().await;
+        Ok(())
+    })
+}
+
+/// The API server child with banlieue's CRDs installed; stopped (stdin closed, waited for) when dropped.
+pub struct ChildApiServer {
+    process: std::process::Child,
+    _dir: tempfile::TempDir,
+    pub client: kube::Client,
+}
+
+impl ChildApiServer {
+    pub async fn start() -> anyhow::Result<ChildApiServer> {
+        let dir = tempfile::tempdir()?;
+        let process = std::process::Command::new(std::env::current_exe()?)
+            .env(CHILD_ENV, dir.path())
+            .stdin(std::process::Stdio::piped())
+            .spawn()?;
+        let started = Instant::now();
+        while !dir.path().join("ready").exists() {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "API server did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let client = crate::client_for(&dir.path().join("kubeconfig")).await?;
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+        for crd in banlieue_api::crdgen::all_crds() {
+            crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
+        }
+        Ok(ChildApiServer { process, _dir: dir, client })
+    }
+
+    /// The child's PID (for its CPU time in /proc).
+    pub fn id(&self) -> u32 {
+        self.process.id()
+    }
+}
+
+impl Drop for ChildApiServer {
+    fn drop(&mut self) {
+        // Closing its stdin stops the API server.
+        drop(self.process.stdin.take());
+        let _ = self.process.wait();
+    }
+}
