@@ -55,7 +55,8 @@
 //! - `create`: an existing VM with the UID is returned (finished and powered as
 //!   asked); else the spec is checked against PVE (template, node, storages,
 //!   bridges: `invalid-spec` naming what is missing, before anything is made),
-//!   a VMID from `/cluster/nextid` (another one on a collision), clone, wait for
+//!   a VMID from `/cluster/nextid` (PVE does not reserve it: after a collision a
+//!   random one above it, in a window that doubles per attempt), clone, wait for
 //!   the task, configure, start if asked. A clone task that fails leaves nothing
 //!   (PVE removes it; the driver deletes a leftover carrying the UID).
 //! - `describe`: `status/current`; addresses from the guest agent

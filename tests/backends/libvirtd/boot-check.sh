@@ -200,11 +200,11 @@ name=banlieue-bc-acpi
 make_seed "$name" vfat "iid-$name-$$" "hello-from-$name"
 define_domain "$name" initrd.img
 if boot "$name" "iid-$name-$$" "hello-from-$name"; then
-    mac=$(v domiflist "$name" | awk '$3 == "'"$NET_NAME"'" {print $5; exit}')
+    mac=$(v domiflist "$name" | awk -v n="$NET_NAME" '$3 == n && !m {m = $5} END {print m}')
     t1=$(now)
     ip=
     while [ "$(since "$t1" | cut -d. -f1)" -lt "$LEASE_WAIT" ]; do
-        ip=$(v net-dhcp-leases "$NET_NAME" --mac "$mac" 2>/dev/null | awk '$4 == "ipv4" {print $5; exit}')
+        ip=$(v net-dhcp-leases "$NET_NAME" --mac "$mac" 2>/dev/null | awk '$4 == "ipv4" && !a {a = $5} END {print a}')
         [ -n "$ip" ] && break
         sleep 0.5
     done

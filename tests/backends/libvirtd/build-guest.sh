@@ -26,7 +26,8 @@
 # The kernel is the installed linux-image-amd64's when there is one; otherwise
 # the package is downloaded with apt-get and unpacked into $DIR/guest/kernel
 # without installing it (installing it pulls initramfs-tools, udev and systemd,
-# and builds a 35 MB initrd for the host). BANLIEUE_GUEST_KERNEL=/path/vmlinuz with
+# and builds a 35 MB initrd for the host); BANLIEUE_GUEST_KERNEL_SOURCE=package
+# forces that. BANLIEUE_GUEST_KERNEL=/path/vmlinuz with
 # BANLIEUE_GUEST_MODULES=/path/lib/modules/<version> picks another kernel.
 # Rebuilds only when this script or the kernel changed. Prints the guest dir.
 set -euo pipefail
@@ -42,7 +43,8 @@ ensure_packages busybox-static cpio syslinux syslinux-common dosfstools mtools q
 if [ -n "${BANLIEUE_GUEST_KERNEL:-}" ]; then
     kernel=$BANLIEUE_GUEST_KERNEL
     moddir=${BANLIEUE_GUEST_MODULES:?BANLIEUE_GUEST_MODULES must go with BANLIEUE_GUEST_KERNEL}
-elif dpkg-query -W -f='${Status}\n' linux-image-amd64 2>/dev/null | grep -q '^install ok installed$'; then
+elif [ "${BANLIEUE_GUEST_KERNEL_SOURCE:-auto}" != package ] \
+    && dpkg-query -W -f='${Status}\n' linux-image-amd64 2>/dev/null | grep -q '^install ok installed$'; then
     kver=$(dpkg-query -W -f='${Depends}\n' linux-image-amd64 | grep -o 'linux-image-[0-9][^ ,]*-amd64' | head -1)
     kver=${kver#linux-image-}
     kernel=/boot/vmlinuz-$kver
@@ -58,6 +60,7 @@ else
         [ -n "$pkg" ] || die "no linux-image-amd64 in the apt lists"
         log "downloading $pkg (unpacked, not installed)"
         tmp=$(mktemp -d)
+        getent passwd _apt >/dev/null && chown _apt "$tmp"  # apt downloads as _apt
         (cd "$tmp" && apt-get download -q "$pkg" >&2)
         rm -rf "$kroot"
         mkdir -p "$kroot"
@@ -66,7 +69,13 @@ else
     fi
     kernel=$(ls "$kroot"/boot/vmlinuz-* | sort -V | tail -1)
     kver=${kernel##*/vmlinuz-}
-    moddir=$(ls -d "$kroot"/lib/modules/"$kver" "$kroot"/usr/lib/modules/"$kver" 2>/dev/null | head -1)
+    for moddir in "$kroot/lib/modules/$kver" "$kroot/usr/lib/modules/$kver"; do
+        [ -d "$moddir" ] && break
+    done
+    if [ ! -e "$moddir/modules.dep" ]; then  # made by depmod at install time
+        command -v depmod >/dev/null || ensure_packages kmod
+        depmod -b "${moddir%/lib/modules/*}" "$kver"
+    fi
 fi
 [ -r "$kernel" ] || die "no kernel at $kernel"
 [ -r "$moddir/modules.dep" ] || die "no modules.dep in $moddir"
@@ -141,10 +150,14 @@ case "$1" in
         ip -4 addr flush dev "$interface"
         ip link set "$interface" up
         ;;
-    bound|renew)
-        ip addr replace "$ip/${mask:-24}" dev "$interface"
-        [ -n "$router" ] && ip route replace default via "${router%% *}" dev "$interface"
-        [ "$1" = bound ] && echo "banlieue-guest: $interface address=$ip/${mask:-24}" >/dev/console
+    bound)
+        ip -4 addr flush dev "$interface"
+        ip addr add "$ip/${mask:-24}" dev "$interface"
+        [ -n "$router" ] && ip route add default via "${router%% *}" dev "$interface" 2>/dev/null
+        echo "banlieue-guest: $interface address=$ip/${mask:-24}" >/dev/console
+        ;;
+    renew)
+        ip addr add "$ip/${mask:-24}" dev "$interface" 2>/dev/null
         ;;
 esac
 exit 0

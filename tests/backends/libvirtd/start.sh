@@ -146,14 +146,14 @@ XML
     v pool-build "$POOL_NAME" >/dev/null
     log "pool $POOL_NAME defined at $POOL_DIR"
 fi
-if ! v pool-info "$POOL_NAME" | grep -Eq '^State:\s+running'; then
+if ! grep -Eq '^State:[[:space:]]+running' <<<"$(v pool-info "$POOL_NAME")"; then
     v pool-start "$POOL_NAME" >/dev/null
     log "pool $POOL_NAME started"
 fi
 
 # --- network ----------------------------------------------------------------
 if ! v net-info "$NET_NAME" >/dev/null 2>&1; then
-    if ip -4 -o addr show | grep -v " $NET_BRIDGE " | grep -q " inet $NET_PREFIX\."; then
+    if grep -v " $NET_BRIDGE " <<<"$(ip -4 -o addr show)" | grep " inet $NET_PREFIX\." >/dev/null; then
         die "$NET_PREFIX.0/24 is already in use on this machine; set BANLIEUE_LIBVIRTD_NET_PREFIX"
     fi
     # No <forward>: an isolated network. No DNS server, only DHCP.
@@ -172,7 +172,7 @@ XML
     v net-define "$RUN/network.xml" >/dev/null
     log "network $NET_NAME defined ($NET_PREFIX.0/24 on $NET_BRIDGE)"
 fi
-if ! v net-info "$NET_NAME" | grep -Eq '^Active:\s+yes'; then
+if ! grep -Eq '^Active:[[:space:]]+yes' <<<"$(v net-info "$NET_NAME")"; then
     v net-start "$NET_NAME" >/dev/null
     log "network $NET_NAME started"
 fi

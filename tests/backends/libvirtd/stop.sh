@@ -19,8 +19,7 @@ virtlogd_pid=$(live_pid "$RUN/virtlogd.pid" virtlogd || true)
 
 ours() { # is domain $1 part of the test setup?
     case $1 in banlieue-*) return 0 ;; esac
-    v dumpxml --inactive "$1" 2>/dev/null \
-        | grep -Eq "pool=['\"]${POOL_NAME}['\"]|network=['\"]${NET_NAME}['\"]|['\">]${DIR}/"
+    grep -Eq "pool=['\"]${POOL_NAME}['\"]|network=['\"]${NET_NAME}['\"]|['\">]${DIR}/" <<<"$(v dumpxml --inactive "$1" 2>/dev/null)"
 }
 
 if command -v virsh >/dev/null && answers; then
@@ -55,13 +54,21 @@ rm -f "$RUN/libvirtd.pid" "$RUN/virtlogd.pid" "$RUN/libvirtd.tcp"
 
 # --- leftovers when libvirtd is gone (crashed, killed, or just stopped) -----
 if ! answers; then
-    # qemu of our domains and the network's dnsmasq, by their pidfiles.
-    for pidfile in /run/libvirt/qemu/banlieue-*.pid; do
-        [ -e "$pidfile" ] || continue
+    # qemu of our domains (by libvirt's status XML and pidfile), their
+    # definitions, and the network's dnsmasq.
+    mentions_ours() { grep -Eq "<name>banlieue-|pool=['\"]${POOL_NAME}['\"]|network=['\"]${NET_NAME}['\"]|['\">]${DIR}/" "$1"; }
+    for status in /run/libvirt/qemu/*.xml; do
+        [ -e "$status" ] && mentions_ours "$status" || continue
+        pidfile=${status%.xml}.pid
         if pid=$(live_pid "$pidfile" qemu-system-x86); then
-            stop_pid "$pid" 5; log "leftover qemu (pid $pid) stopped"
+            stop_pid "$pid" 5; log "leftover qemu of $(basename "${status%.xml}") (pid $pid) stopped"
         fi
-        rm -f "$pidfile"
+        rm -f "$pidfile" "$status"
+    done
+    for def in /etc/libvirt/qemu/*.xml; do
+        [ -e "$def" ] && mentions_ours "$def" || continue
+        rm -f "$def" "/etc/libvirt/qemu/autostart/$(basename "$def")"
+        log "leftover definition $def removed"
     done
     for pidfile in "/run/libvirt/network/$NET_NAME.pid" "/var/lib/libvirt/dnsmasq/$NET_NAME.pid"; do
         if pid=$(live_pid "$pidfile" dnsmasq); then
@@ -87,20 +94,20 @@ if ! answers; then
             listing=$(nft -a list table "$family" "$table" 2>/dev/null) || continue
             grep -q 'LIBVIRT_' <<<"$listing" || continue
             # Rules jumping to LIBVIRT_* chains, as "chain handle".
-            awk '/^\s*chain /{c=$2} /(jump|goto) LIBVIRT_/{print c, $NF}' <<<"$listing" \
+            awk '/^[ \t]*chain /{c=$2} /(jump|goto) LIBVIRT_/{print c, $NF}' <<<"$listing" \
                 | while read -r chain handle; do
                     nft delete rule "$family" "$table" "$chain" handle "$handle" 2>/dev/null || true
                 done
-            for chain in $(awk '/^\s*chain LIBVIRT_/{print $2}' <<<"$listing"); do
+            for chain in $(awk '/^[ \t]*chain LIBVIRT_/{print $2}' <<<"$listing"); do
                 nft flush chain "$family" "$table" "$chain" 2>/dev/null || true
             done
-            for chain in $(awk '/^\s*chain LIBVIRT_/{print $2}' <<<"$listing"); do
+            for chain in $(awk '/^[ \t]*chain LIBVIRT_/{print $2}' <<<"$listing"); do
                 nft delete chain "$family" "$table" "$chain" 2>/dev/null || true
             done
             log "nft: LIBVIRT_* chains removed from $family $table"
             if ! grep -qx "table $family $table" <<<"$before"; then
                 rules=$(nft list table "$family" "$table" 2>/dev/null \
-                    | grep -Ev '^\s*(table |chain |type |policy |\}|$)' | grep -c . || true)
+                    | grep -Ev '^[[:space:]]*(table |chain |type |policy |\}|$)' | grep -c . || true)
                 if [ "${rules:-0}" = 0 ]; then
                     nft delete table "$family" "$table" && log "nft: table $family $table removed"
                 fi
