@@ -9,13 +9,21 @@
 //!   (an underscore cannot occur in a Kubernetes name, so this is unambiguous).
 //!   Its `<uuid>` is the Machine UID — the idempotency key — and it carries
 //!   `<title>{namespace}/{name}</title>` and a `<metadata>` element in the
-//!   `https://banlieue.io/libvirt/v1` namespace with the UID, namespace, name
-//!   and, when given, the user-data (base64). The user-data is only recorded:
-//!   building a cloud-init (NoCloud) ISO is out of scope for now, so nothing
-//!   hands it to the guest yet. Anyone who can read the domain XML can read it.
+//!   `https://banlieue.io/libvirt/v1` namespace with the UID, namespace and name.
 //! - Disk `d` is the qcow2 volume `{namespace}_{name}_{d}.qcow2` in storage pool
-//!   `disk.target`; the first (boot) disk has the image's backing file as its
-//!   qcow2 `<backingStore>`. Only `backingFile` image sources are supported.
+//!   `disk.target`, thin, of the class's size; the first (boot) disk is an overlay
+//!   on the image's backing file (qcow2 `<backingStore>`). Only `backingFile`
+//!   image sources are supported.
+//! - The user-data reaches the guest as a **NoCloud seed**: a FAT image labelled
+//!   `cidata` with `meta-data` (instance ID = Machine UID, hostname) and
+//!   `user-data`, built in memory here ([`seed`], at most [`seed::MAX_USER_DATA`]
+//!   bytes of user-data), uploaded into the raw volume `{namespace}_{name}_cidata.img`
+//!   in the boot disk's pool and attached read-only after the disks. On libvirt's
+//!   test driver (which cannot upload and boots nothing) the user-data is only
+//!   recorded in the metadata instead.
+//! - The serial console is a pty logged by libvirt to
+//!   `/var/log/libvirt/qemu/{domain}.serial.log` on the libvirt host; a virtio
+//!   channel for the QEMU guest agent is added.
 //! - NICs are `<interface type='network'>` on `nic.network`, virtio.
 //! - `<domain type>` is `test` when the endpoint starts with `test` (libvirt's
 //!   test driver), otherwise `qemu` (TCG, so no `/dev/kvm` is needed).
@@ -25,12 +33,15 @@
 //! - `create`: a domain of that name with the machine's UID is the machine
 //!   (its power state is driven to the requested one); with another UUID it
 //!   belongs to another machine (`invalid-spec`). Otherwise the spec is checked
-//!   against the host (pools, networks, image kind), missing volumes are
-//!   created (volumes left by an interrupted create are reused), the domain is
-//!   defined and, if asked for, started.
-//! - `describe`: `libvirt://{uuid}`, the power state from the domain state, no
-//!   addresses (unknown without a guest agent), the NIC MACs in the
-//!   `PoweredOn` condition's message. A domain of that name with another UUID
+//!   against the host (pools, networks, image kind, seed size, room in the
+//!   pool) before anything is made, missing volumes are created (volumes left
+//!   by an interrupted create are reused; the seed is always written anew),
+//!   the domain is defined and, if asked for, started. A create that fails
+//!   before the domain is defined removes the volumes it made.
+//! - `describe`: `libvirt://{uuid}`, the power state from the domain state,
+//!   the addresses from the DHCP leases of the domain's networks (else the
+//!   guest agent), phase `waiting-for-address` while a running domain with a
+//!   NIC has none, the NIC MACs in the `PoweredOn` condition's message. A domain of that name with another UUID
 //!   is `not-found` for this machine.
 //! - `set-power`: on starts the domain; off follows the power-off mode
 //!   (`banlieue_sdk::provider::power_off`): `hard` is `domain-destroy`, `soft`
@@ -55,6 +66,7 @@ use banlieue_sdk::provider::{
 use banlieue_sdk::{Error, info, warn};
 
 pub mod naming;
+pub mod seed;
 pub mod spec;
 pub mod xml;
 
@@ -85,10 +97,11 @@ fn lookup(machine: &MachineRef) -> Result<DomainInfo> {
     }
 }
 
-fn describe_domain(name: &str) -> Result<MachineStatus> {
+fn describe_domain(config: &ProviderConfig, name: &str) -> Result<MachineStatus> {
     let domain = find(name)?.ok_or_else(|| Error::NotFound(format!("libvirt domain {name} does not exist")))?;
     let xml = libvirt::domain_xml(name)?;
-    Ok(spec::status(&domain, &xml))
+    let addresses = addresses(&domain, spec::virt_type(config));
+    Ok(spec::status(&domain, &xml, &addresses))
 }
 
 /// Drive domain `name`, now in `state`, towards `target`; powering off follows `off`.
@@ -147,6 +160,107 @@ impl PowerOffOps for Domain<'_> {
     }
 }
 
+/// The machine's NoCloud seed, built before anything is created on the host.
+struct Seed {
+    pool: String,
+    volume: String,
+    image: Vec<u8>,
+}
+
+impl Seed {
+    /// The seed goes into the boot disk's pool; refused when that pool has no room for it.
+    fn build(machine: &Machine, pools: &[libvirt::PoolInfo]) -> Result<Seed> {
+        let files = seed::files(&machine.uid, &machine.name, machine.user_data.as_deref())?;
+        let image = seed::image(&files)?;
+        let pool = machine.disks[0].target.clone();
+        let free = pools.iter().find(|p| p.name == pool).map_or(0, |p| p.available_bytes);
+        // The seed plus room for the qcow2 overlays' metadata.
+        let needed = image.len() as u64 + spec::OVERLAY_HEADROOM_BYTES;
+        if free < needed {
+            return Err(Error::Unavailable(format!(
+                "storage pool {pool:?} has {free} bytes free; machine {}/{} needs at least {needed} (its {}-byte NoCloud seed and disk overlays)",
+                machine.namespace,
+                machine.name,
+                image.len()
+            )));
+        }
+        Ok(Seed { volume: naming::seed_volume_name(&machine.namespace, &machine.name), pool, image })
+    }
+}
+
+/// Volumes one `create` made, removed again when it fails before the domain is defined.
+#[derive(Default)]
+struct Created(Vec<(String, String)>);
+
+impl Created {
+    fn remove(self) {
+        for (pool, volume) in self.0 {
+            match libvirt::volume_delete(&pool, &volume) {
+                Ok(()) | Err(Error::NotFound(_)) => info!("removed volume {volume} in pool {pool} after a failed create"),
+                // A later delete of the machine removes it by its name prefix.
+                Err(e) => warn!("could not remove volume {volume} in pool {pool} after a failed create: {e}"),
+            }
+        }
+    }
+}
+
+/// The machine's disk volumes (the first on top of `backing`) and its seed.
+fn create_volumes(machine: &Machine, backing: &str, seed: Option<&Seed>, created: &mut Created) -> Result<()> {
+    for (i, disk) in machine.disks.iter().enumerate() {
+        let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
+        let backing = if i == 0 { Some(backing) } else { None };
+        match libvirt::volume_create(&disk.target, &xml::volume(&volume, disk.size_gib, backing)?) {
+            Ok(_) => {
+                info!("created volume {volume} ({} GiB) in pool {}", disk.size_gib, disk.target);
+                created.0.push((disk.target.clone(), volume));
+            }
+            // Left by an earlier attempt that did not get as far as the domain: reuse it.
+            // (Listing only on failure keeps the usual path independent of the pool's size.)
+            Err(e) => {
+                // A listing that fails says nothing about this volume: report the create's error.
+                let exists = libvirt::volume_list(&disk.target).is_ok_and(|l| l.iter().any(|v| v.name == volume));
+                if !exists {
+                    let what = match backing {
+                        Some(path) => format!("creating volume {volume} in pool {} on backing file {path}", disk.target),
+                        None => format!("creating volume {volume} in pool {}", disk.target),
+                    };
+                    return Err(e.context(what));
+                }
+                info!("reusing volume {volume} in pool {}", disk.target);
+            }
+        }
+    }
+    if let Some(seed) = seed {
+        // A seed left by an interrupted create may be half-written: always write it anew.
+        ignore_not_found(libvirt::volume_delete(&seed.pool, &seed.volume))?;
+        libvirt::volume_create(&seed.pool, &xml::raw_volume(&seed.volume, seed.image.len() as u64)?)
+            .map_err(|e| e.context(format!("creating the NoCloud seed volume {} in pool {}", seed.volume, seed.pool)))?;
+        created.0.push((seed.pool.clone(), seed.volume.clone()));
+        libvirt::volume_upload(&seed.pool, &seed.volume, &seed.image)
+            .map_err(|e| e.context(format!("uploading the NoCloud seed to volume {} in pool {}", seed.volume, seed.pool)))?;
+        info!("wrote the NoCloud seed {} ({} bytes) in pool {}", seed.volume, seed.image.len(), seed.pool);
+    }
+    Ok(())
+}
+
+/// The domain's IP addresses: from the DHCP leases of its networks, else from a
+/// guest agent. A domain that is off has none.
+fn addresses(domain: &DomainInfo, virt_type: &str) -> Vec<libvirt::InterfaceAddresses> {
+    if !spec::is_active(domain.state) {
+        return vec![];
+    }
+    match libvirt::domain_addresses(&domain.name, libvirt::AddressSource::Lease) {
+        Ok(found) if found.iter().any(|i| !i.addresses.is_empty()) => return found,
+        Ok(_) => {}
+        Err(e) => warn!("reading the DHCP leases of libvirt domain {}: {e}", domain.name),
+    }
+    if virt_type == "test" {
+        return vec![];
+    }
+    // Most guests run no agent: its absence is the normal case, not worth a warning.
+    libvirt::domain_addresses(&domain.name, libvirt::AddressSource::Agent).unwrap_or_default()
+}
+
 impl Driver for Libvirt {
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let node = libvirt::node_info()?;
@@ -167,50 +281,51 @@ impl Driver for Libvirt {
                 )));
             }
             ensure_power(&name, existing.state, machine.power_state, &CREATE_POWER_OFF)?;
-            return describe_domain(&name);
+            return describe_domain(config, &name);
         }
         // (A UID already used by a domain of another name is refused by libvirt's define.)
 
         let pools = libvirt::pool_list()?;
         let networks = libvirt::network_list()?;
         let backing = spec::validate(machine, &pools, &networks)?;
-        // Built before anything is created: a spec the XML cannot carry creates nothing.
-        let domain_xml = xml::domain(spec::virt_type(config), machine)?;
-        for (i, disk) in machine.disks.iter().enumerate() {
-            let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
-            let backing = if i == 0 { Some(backing) } else { None };
-            match libvirt::volume_create(&disk.target, &xml::volume(&volume, disk.size_gib, backing)?) {
-                Ok(_) => info!("created volume {volume} ({} GiB) in pool {}", disk.size_gib, disk.target),
-                // Left by an earlier attempt that did not get as far as the domain: reuse it.
-                // (Listing only on failure keeps the usual path independent of the pool's size.)
-                Err(e) => {
-                    let exists = libvirt::volume_list(&disk.target)?.iter().any(|v| v.name == volume);
-                    if !exists {
-                        return Err(e.context(format!("creating volume {volume} in pool {}", disk.target)));
-                    }
-                    info!("reusing volume {volume} in pool {}", disk.target);
-                }
-            }
+        // Everything that can be refused is checked before anything is created.
+        let boots = spec::virt_type(config) != "test";
+        let seed = if boots { Some(Seed::build(machine, &pools)?) } else { None };
+        let serial_log = naming::serial_log(&name);
+        let extras = xml::Extras {
+            seed: seed.as_ref().map(|s| (s.pool.as_str(), s.volume.as_str())),
+            serial_log: boots.then_some(serial_log.as_str()),
+        };
+        let domain_xml = xml::domain(spec::virt_type(config), machine, extras)?;
+        let mut created = Created::default();
+        if let Err(e) = create_volumes(machine, backing, seed.as_ref(), &mut created) {
+            created.remove();
+            return Err(e);
         }
-        let defined =
-            libvirt::domain_define(&domain_xml).map_err(|e| e.context(format!("defining libvirt domain {name}")))?;
+        let defined = match libvirt::domain_define(&domain_xml) {
+            Ok(d) => d,
+            Err(e) => {
+                created.remove();
+                return Err(e.context(format!("defining libvirt domain {name}")));
+            }
+        };
         info!("defined libvirt domain {name} ({})", defined.uuid);
         ensure_power(&name, defined.state, machine.power_state, &CREATE_POWER_OFF)?;
-        describe_domain(&name)
+        describe_domain(config, &name)
     }
 
-    fn describe(_config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
+    fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
         let domain = lookup(machine)?;
-        describe_domain(&domain.name)
+        describe_domain(config, &domain.name)
     }
 
-    fn set_power(_config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {
+    fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {
         if state == PowerState::Suspended {
             return Err(Error::InvalidSpec("the libvirt driver does not suspend VMs".into()));
         }
         let domain = lookup(machine)?;
         ensure_power(&domain.name, domain.state, state, off)?;
-        describe_domain(&domain.name)
+        describe_domain(config, &domain.name)
     }
 
     fn delete(_config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {

@@ -18,6 +18,17 @@ pub fn volume_name(namespace: &str, name: &str, disk: &str) -> String {
     format!("{}{disk}.qcow2", volume_prefix(namespace, name))
 }
 
+/// The NoCloud seed volume of machine `namespace/name`: `{namespace}_{name}_cidata.img`
+/// (a disk's volume ends in `.qcow2`, so no disk name can take it).
+pub fn seed_volume_name(namespace: &str, name: &str) -> String {
+    format!("{}cidata.img", volume_prefix(namespace, name))
+}
+
+/// Where libvirtd logs the serial console of domain `domain` (libvirt's own log directory).
+pub fn serial_log(domain: &str) -> String {
+    format!("/var/log/libvirt/qemu/{domain}.serial.log")
+}
+
 /// Refuse a namespace or name that would make the names above ambiguous.
 pub fn check_machine(namespace: &str, name: &str) -> Result<()> {
     for (what, value) in [("namespace", namespace), ("name", name)] {

@@ -1,14 +1,18 @@
 //! The driver's decisions, as pure functions of what libvirt reported (tested natively).
 
-use banlieue_sdk::provider::libvirt::{DomainInfo, DomainState, NetworkInfo, Node, PoolInfo};
+use banlieue_sdk::provider::libvirt::{DomainInfo, DomainState, InterfaceAddresses, NetworkInfo, Node, PoolInfo};
 use banlieue_sdk::provider::{
-    Capacity, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineStatus, PowerState, ProviderConfig, condition,
+    Address, AddressType, Capacity, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineStatus, PowerState, ProviderConfig, condition,
 };
 use banlieue_sdk::{Error, Result};
 
 use crate::{naming, xml};
 
 const GIB: u64 = 1 << 30;
+
+/// Free space a pool must have beyond the seed: the qcow2 overlays start at a
+/// few hundred KiB of metadata each (they are thin; the guest fills them later).
+pub const OVERLAY_HEADROOM_BYTES: u64 = 4 << 20;
 
 /// The `<domain type>` for the Provider's endpoint: libvirt's test driver for
 /// `test…` URIs, otherwise `qemu` (TCG; works without `/dev/kvm`).
@@ -49,26 +53,51 @@ fn state_reason(state: DomainState) -> &'static str {
     }
 }
 
-/// What `describe` reports for a domain and its XML.
-pub fn status(domain: &DomainInfo, domain_xml: &str) -> MachineStatus {
+/// What `describe` reports for a domain, its XML and the addresses libvirt knows for it.
+pub fn status(domain: &DomainInfo, domain_xml: &str, interfaces: &[InterfaceAddresses]) -> MachineStatus {
     let power = power_state(domain.state);
     let macs = xml::macs(domain_xml);
     let mut message = format!("libvirt domain {} is {}", domain.name, state_reason(domain.state).to_ascii_lowercase());
     if !macs.is_empty() {
         message.push_str(&format!("; NIC MAC addresses {}", macs.join(", ")));
     }
+    // IPv4 first (what users connect to), loopback and link-local left out, each address once.
+    let mut addresses: Vec<Address> = Vec::new();
+    for ipv6 in [false, true] {
+        for ip in interfaces.iter().flat_map(|i| &i.addresses).filter(|a| a.ipv6 == ipv6) {
+            let local = ip.address.starts_with("127.") || ip.address == "::1" || ip.address.starts_with("fe80:");
+            if !local && !addresses.iter().any(|a| a.address == ip.address) {
+                addresses.push(Address { type_: AddressType::InternalIp, address: ip.address.clone() });
+            }
+        }
+    }
+    let on = power == PowerState::PoweredOn;
+    let mut conditions = vec![condition("PoweredOn", on, state_reason(domain.state), message)];
+    if on && !macs.is_empty() {
+        let known = !addresses.is_empty();
+        conditions.push(condition(
+            "AddressReported",
+            known,
+            if known { "Reported" } else { "NoAddress" },
+            if known {
+                "from the network's DHCP leases or the guest agent".to_string()
+            } else {
+                "no DHCP lease for the domain's MAC addresses yet, and no guest agent answered".to_string()
+            },
+        ));
+    }
     MachineStatus {
         provider_id: format!("libvirt://{}", domain.uuid.to_ascii_lowercase()),
         power_state: power,
-        // libvirt knows no guest addresses without a guest agent or DHCP lease lookup.
-        addresses: vec![],
-        conditions: vec![condition("PoweredOn", power == PowerState::PoweredOn, state_reason(domain.state), message)],
-        provisioned: true,
         phase: match domain.state {
             DomainState::Shutdown => MachinePhase::ShuttingDown,
-            _ if power == PowerState::PoweredOn => MachinePhase::Running,
+            _ if on && !macs.is_empty() && addresses.is_empty() => MachinePhase::WaitingForAddress,
+            _ if on => MachinePhase::Running,
             _ => MachinePhase::PoweredOff,
         },
+        addresses,
+        conditions,
+        provisioned: true,
     }
 }
 
@@ -307,16 +336,31 @@ mod tests {
 
     #[test]
     fn status_is_truthful() {
+        use banlieue_sdk::provider::libvirt::IpAddress;
         let xml = "<domain><devices><interface type='network'><mac address='52:54:00:aa:bb:cc'/></interface></devices></domain>";
-        let s = status(&domain("ns_vm", DomainState::Running, 1), xml);
+        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &[]);
         assert_eq!(s.provider_id, "libvirt://6f1c2a3e-1111-4222-8333-444455556666");
         assert_eq!(s.power_state, PowerState::PoweredOn);
         assert!(s.addresses.is_empty() && s.provisioned);
-        assert_eq!(s.conditions.len(), 1);
+        assert_eq!(s.phase, MachinePhase::WaitingForAddress);
         assert!(s.conditions[0].message.contains("52:54:00:aa:bb:cc"), "{:?}", s.conditions);
-        let off = status(&domain("ns_vm", DomainState::Shutoff, 1), "<domain/>");
+        assert_eq!((s.conditions[1].type_.as_str(), s.conditions[1].reason.as_str()), ("AddressReported", "NoAddress"));
+        let ip = |address: &str, ipv6| IpAddress { address: address.into(), prefix: 24, ipv6 };
+        let leases = [InterfaceAddresses {
+            name: "vnet0".into(),
+            mac: "52:54:00:aa:bb:cc".into(),
+            addresses: vec![ip("fe80::1", true), ip("fd00::5", true), ip("192.168.123.101", false), ip("127.0.0.1", false)],
+        }];
+        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &leases);
+        let got: Vec<&str> = s.addresses.iter().map(|a| a.address.as_str()).collect();
+        assert_eq!(got, ["192.168.123.101", "fd00::5"]);
+        assert_eq!(s.phase, MachinePhase::Running);
+        let off = status(&domain("ns_vm", DomainState::Shutoff, 1), "<domain/>", &[]);
         assert_eq!(off.power_state, PowerState::PoweredOff);
         assert_eq!(off.conditions[0].reason, "ShutOff");
+        assert_eq!(off.conditions.len(), 1);
+        // Without a NIC there is no address to wait for.
+        assert_eq!(status(&domain("ns_vm", DomainState::Running, 1), "<domain/>", &[]).phase, MachinePhase::Running);
     }
 
     #[test]

@@ -70,9 +70,27 @@ pub fn volume(name: &str, size_gib: u64, backing: Option<&str>) -> Result<String
     Ok(xml)
 }
 
+/// A raw volume of `bytes` bytes (the NoCloud seed, filled by an upload).
+pub fn raw_volume(name: &str, bytes: u64) -> Result<String> {
+    Ok(format!(
+        "<volume><name>{}</name><capacity unit='bytes'>{bytes}</capacity><allocation unit='bytes'>{bytes}</allocation><target><format type='raw'/></target></volume>",
+        text("volume name", name)?
+    ))
+}
+
+/// What a domain gets besides the machine's own disks and NICs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Extras<'a> {
+    /// The NoCloud seed `(pool, volume)`, attached read-only after the disks.
+    /// Without one, the user-data is only recorded in the domain's metadata.
+    pub seed: Option<(&'a str, &'a str)>,
+    /// A file on the libvirt host that receives the serial console.
+    pub serial_log: Option<&'a str>,
+}
+
 /// The persistent domain for `machine`. `virt_type` is the `<domain type>`
 /// (`qemu`, or `test` for libvirt's test driver).
-pub fn domain(virt_type: &str, machine: &Machine) -> Result<String> {
+pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<String> {
     let ns = text("namespace", &machine.namespace)?;
     let name = text("name", &machine.name)?;
     let uid = text("machine uid", &machine.uid)?;
@@ -86,7 +104,7 @@ pub fn domain(virt_type: &str, machine: &Machine) -> Result<String> {
         xml,
         "<banlieue:uid>{uid}</banlieue:uid><banlieue:namespace>{ns}</banlieue:namespace><banlieue:name>{name}</banlieue:name>"
     )?;
-    if let Some(user_data) = &machine.user_data {
+    if let (Some(user_data), None) = (&machine.user_data, extras.seed) {
         write!(xml, "<banlieue:user-data encoding='base64'>{}</banlieue:user-data>", base64(user_data.as_bytes()))?;
     }
     xml.push_str("</banlieue:machine></metadata>");
@@ -107,12 +125,31 @@ pub fn domain(virt_type: &str, machine: &Machine) -> Result<String> {
             disk_dev(i)
         )?;
     }
+    if let Some((pool, volume)) = extras.seed {
+        write!(
+            xml,
+            "<disk type='volume' device='disk'><driver name='qemu' type='raw'/><source pool='{}' volume='{}'/><target dev='{}' bus='virtio'/><readonly/></disk>",
+            text("storage pool", pool)?,
+            text("volume name", volume)?,
+            disk_dev(machine.disks.len())
+        )?;
+    }
     for nic in &machine.nics {
         write!(
             xml,
             "<interface type='network'><source network='{}'/><model type='virtio'/></interface>",
             text("network", &nic.network)?
         )?;
+    }
+    if let Some(path) = extras.serial_log {
+        // A pty with a log: `virsh console` still works, and the host keeps what the guest printed.
+        let path = text("serial log path", path)?;
+        write!(
+            xml,
+            "<serial type='pty'><log file='{path}' append='on'/><target port='0'/></serial><console type='pty'><target type='serial' port='0'/></console>"
+        )?;
+        // The QEMU guest agent's channel: addresses from inside the guest when it runs one.
+        xml.push_str("<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>");
     }
     xml.push_str("</devices></domain>");
     Ok(xml)
@@ -229,7 +266,7 @@ mod tests {
         let mut m = machine();
         m.firmware = Firmware::Uefi;
         m.user_data = Some("#cloud-config\n".into());
-        let xml = domain("qemu", &m).unwrap();
+        let xml = domain("qemu", &m, Extras::default()).unwrap();
         for part in [
             "<domain type='qemu'>",
             "<name>ns_vm</name>",
@@ -246,10 +283,29 @@ mod tests {
         ] {
             assert!(xml.contains(part), "missing {part} in {xml}");
         }
-        let bios = domain("test", &machine()).unwrap();
+        let bios = domain("test", &machine(), Extras::default()).unwrap();
         assert!(
             bios.starts_with("<domain type='test'>") && bios.contains("<os><type") && !bios.contains("user-data"),
             "{bios}"
+        );
+    }
+
+    #[test]
+    fn the_seed_is_a_read_only_disk_after_the_others_and_replaces_the_recorded_user_data() {
+        let mut m = machine();
+        m.user_data = Some("#cloud-config\n".into());
+        let extras = Extras { seed: Some(("default-pool", "ns_vm_cidata.img")), serial_log: Some("/var/log/x.log") };
+        let xml = domain("qemu", &m, extras).unwrap();
+        assert!(
+            xml.contains("<driver name='qemu' type='raw'/><source pool='default-pool' volume='ns_vm_cidata.img'/><target dev='vdc' bus='virtio'/><readonly/>"),
+            "{xml}"
+        );
+        assert!(!xml.contains("user-data"), "{xml}");
+        assert!(xml.contains("<serial type='pty'><log file='/var/log/x.log' append='on'/>"), "{xml}");
+        assert!(xml.contains("org.qemu.guest_agent.0"), "{xml}");
+        assert_eq!(
+            raw_volume("s.img", 65536).unwrap(),
+            "<volume><name>s.img</name><capacity unit='bytes'>65536</capacity><allocation unit='bytes'>65536</allocation><target><format type='raw'/></target></volume>"
         );
     }
 
@@ -258,12 +314,12 @@ mod tests {
         let mut m = machine();
         m.disks[0].target = "pool'><evil/>".into();
         m.nics[0].network = "net\"&".into();
-        let xml = domain("qemu", &m).unwrap();
+        let xml = domain("qemu", &m, Extras::default()).unwrap();
         assert!(xml.contains("pool='pool&apos;&gt;&lt;evil/&gt;'"), "{xml}");
         assert!(xml.contains("network='net&quot;&amp;'"), "{xml}");
         assert!(!xml.contains("<evil/>"));
         m.nics[0].network = "nul\0".into();
-        assert!(matches!(domain("qemu", &m), Err(Error::InvalidSpec(_))));
+        assert!(matches!(domain("qemu", &m, Extras::default()), Err(Error::InvalidSpec(_))));
     }
 
     #[test]

@@ -21,4 +21,6 @@ mod types;
 
 pub use connection::{Connections, DEFAULT_TIMEOUT, Libvirt};
 pub use error::{LibvirtError, Result};
-pub use types::{DomainInfo, DomainState, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo};
+pub use types::{
+    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo,
+};

@@ -10,7 +10,9 @@ use virt::sys;
 
 use crate::connection::{Libvirt, check_c_string};
 use crate::error::Result;
-use crate::types::{DomainInfo, DomainState, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo};
+use crate::types::{
+    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo,
+};
 
 /// Upload chunk size: large enough to keep round trips few, small enough to bound one send.
 const UPLOAD_CHUNK: usize = 256 * 1024;
@@ -84,6 +86,33 @@ impl Libvirt {
         .await
     }
 
+    /// The domain's IP addresses per interface, from `source`.
+    pub async fn domain_addresses(&self, name: &str, source: AddressSource) -> Result<Vec<InterfaceAddresses>> {
+        let raw = match source {
+            AddressSource::Lease => sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+            AddressSource::Agent => sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+        };
+        self.with_domain("domain-addresses", name, move |d| {
+            Ok(d.interface_addresses(raw, 0)?
+                .into_iter()
+                .map(|i| InterfaceAddresses {
+                    name: i.name,
+                    mac: i.hwaddr.to_ascii_lowercase(),
+                    addresses: i
+                        .addrs
+                        .into_iter()
+                        .map(|a| IpAddress {
+                            address: a.addr,
+                            prefix: u8::try_from(a.prefix).unwrap_or(u8::MAX),
+                            ipv6: a.typed == i64::from(sys::VIR_IP_ADDR_TYPE_IPV6),
+                        })
+                        .collect(),
+                })
+                .collect())
+        })
+        .await
+    }
+
     /// Create a volume in `pool` from volume XML.
     pub async fn volume_create(&self, pool: &str, xml: String) -> Result<VolumeInfo> {
         check_c_string("pool name", pool)?;
@@ -130,7 +159,16 @@ impl Libvirt {
         let pool = pool.to_string();
         self.run("volume-list", move |c| {
             let pool = StoragePool::lookup_by_name(c, &pool)?;
-            pool.list_all_volumes(0)?.iter().map(volume_info).collect()
+            let mut out = Vec::new();
+            for vol in pool.list_all_volumes(0)? {
+                match volume_info(&vol) {
+                    Ok(info) => out.push(info),
+                    // Deleted between the listing and the lookup: not in the pool any more.
+                    Err(e) if e.code() == ErrorNumber::NoStorageVolume => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(out)
         })
         .await
     }

@@ -81,3 +81,29 @@ pub struct NodeInfo {
     pub mhz: u32,
     pub memory_kib: u64,
 }
+
+/// Where [`Libvirt::domain_addresses`](crate::Libvirt::domain_addresses) looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressSource {
+    /// The DHCP leases of the libvirt networks the domain's interfaces are on.
+    Lease,
+    /// The QEMU guest agent running inside the domain.
+    Agent,
+}
+
+/// One guest interface with its IP addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceAddresses {
+    pub name: String,
+    /// MAC address, lower case.
+    pub mac: String,
+    pub addresses: Vec<IpAddress>,
+}
+
+/// One IP address of a guest interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpAddress {
+    pub address: String,
+    pub prefix: u8,
+    pub ipv6: bool,
+}

@@ -5,6 +5,7 @@
 //! the backend holds, never only what banlieue reports.
 
 pub mod fakepve;
+pub mod libvirtd;
 pub mod vcsim;
 
 use std::process::Child;

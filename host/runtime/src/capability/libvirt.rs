@@ -89,6 +89,29 @@ impl wit::Host for HostState {
     async fn domain_list(&mut self) -> Result<Vec<wit::DomainInfo>, WitError> {
         self.libvirt()?.domain_list().await.map(|v| v.into_iter().map(domain).collect()).map_err(err)
     }
+    async fn domain_addresses(
+        &mut self,
+        name: String,
+        source: wit::AddressSource,
+    ) -> Result<Vec<wit::InterfaceAddresses>, WitError> {
+        let source = match source {
+            wit::AddressSource::Lease => banlieue_libvirt::AddressSource::Lease,
+            wit::AddressSource::Agent => banlieue_libvirt::AddressSource::Agent,
+        };
+        let found = self.libvirt()?.domain_addresses(&name, source).await.map_err(err)?;
+        Ok(found
+            .into_iter()
+            .map(|i| wit::InterfaceAddresses {
+                name: i.name,
+                mac: i.mac,
+                addresses: i
+                    .addresses
+                    .into_iter()
+                    .map(|a| wit::IpAddress { address: a.address, prefix: a.prefix, ipv6: a.ipv6 })
+                    .collect(),
+            })
+            .collect())
+    }
     async fn volume_create(&mut self, pool: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
         self.libvirt()?.volume_create(&pool, xml).await.map(volume).map_err(err)
     }
