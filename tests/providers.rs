@@ -1,7 +1,8 @@
 //! One VirtualMachine end to end through the whole control plane (scheduler, VM
-//! controller, infrastructure Machine, Provider probe, Wasm driver) on the two
-//! HTTP backends: vSphere (a real vcsim) and Proxmox VE (a real fakepve), both
-//! started on 127.0.0.1 by each test (`banlieue-test-backends`).
+//! controller, infrastructure Machine, Provider probe, Wasm driver) on the real
+//! backends: vSphere (a real vcsim) and Proxmox VE (a real fakepve), both
+//! started on 127.0.0.1 by each test, and libvirtd with qemu (TCG) where the
+//! guest really boots, shared by the whole run (`banlieue-test-backends`).
 //!
 //! Every test checks what the backend itself holds, through the fixture's own
 //! session with the backend's API, not only what banlieue reports in status.
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::common::{MachinePhase, PowerState};
 use banlieue_api::{Provider, VirtualMachine};
 use banlieue_test_backends::fakepve::{self, FakePve};
+use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::control::{apply, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
@@ -581,11 +583,13 @@ async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow:
 // ---------------------------------------------------------------------------------------------
 // One VM across all three backends
 
-/// Where a VM named `name` exists, asked of each backend's own API: (vcsim, fakepve, libvirt) counts.
-async fn census(env: &TestEnv, vc: &Vcsim, pve: &FakePve, libvirt: &banlieue_libvirt::Libvirt, name: &str) -> anyhow::Result<(usize, usize, usize)> {
+/// Where a VM named `name` exists, asked of each backend's own API (vim25, the PVE API, virsh):
+/// (vcsim, fakepve, libvirtd) counts.
+async fn census(env: &TestEnv, vc: &Vcsim, pve: &FakePve, lv: &Libvirtd, name: &str) -> anyhow::Result<(usize, usize, usize)> {
     let on_vsphere = vc.vm_names().await?.iter().filter(|n| **n == format!("{}_{name}", env.ns)).count();
     let on_proxmox = pve.vms().await?.iter().filter(|v| v.name == format!("{name}.{}", env.ns)).count();
-    let on_libvirt = libvirt.domain_list().await?.iter().filter(|d| d.name == format!("{}_{name}", env.ns)).count();
+    let domain = format!("{}_{name}", env.ns);
+    let on_libvirt = lv.domains(&domain)?.iter().filter(|d| **d == domain).count();
     Ok((on_vsphere, on_proxmox, on_libvirt))
 }
 
@@ -607,25 +611,24 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
     env.install_crds().await?;
     let vc = Vcsim::start().await?;
     let pve = FakePve::start().await?;
-    let cp = ControlPlane::start(&env)?;
-    // The test's own connection keeps the test driver's state and checks it.
-    let libvirt = cp.ctx.libvirt.get("test:///default").await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
     let ns = &env.ns;
     let (vsphere, proxmox, libvirt_class) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-libvirt"));
     let (class, image) = (format!("{ns}-any-small"), format!("{ns}-any-os"));
     for object in [
         provider_class(&vsphere, "provider-vsphere", "VSphere"),
         provider_class(&proxmox, "provider-proxmox", "Proxmox"),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": libvirt_class},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        vm_class(&class, 1, 512, 4, "standard", 5),
+        libvirt_provider_class(&libvirt_class),
+        vm_class(&class, 1, 256, 4, "standard", 30),
         // One image, a source per provider class: what lets the same VM land anywhere.
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
                "spec": {"sources": [{"providerClass": vsphere, "template": vcsim::TEMPLATE},
                                     {"providerClass": proxmox, "template": fakepve::TEMPLATE_VMID.to_string()},
-                                    {"providerClass": libvirt_class, "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
+                                    {"providerClass": libvirt_class, "backingFile": lv.guest_disk()}]}}),
         secret(&env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", vcsim::PASSWORD)]),
         secret(&env, "pve-credentials", &[("username", &pve.username), ("password", &pve.password)]),
+        secret(&env, "roamer-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: roaming\n")]),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": ns},
                "spec": {"providerClassRef": {"name": vsphere},
                         "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
@@ -636,34 +639,39 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
                         "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem,
                                        "credentialsRef": {"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]}},
                         "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
-               "spec": {"providerClassRef": {"name": libvirt_class}, "connection": {"endpoint": "test:///default"},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+        libvirtd_provider(&env, lv, KVM, &libvirt_class),
     ] {
         apply(&env.client, object).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
     let n = Names { provider_class: vsphere.clone(), vm_class: class.clone(), image: image.clone() };
-    apply(&env.client, vm(&env, "roamer", &n, VCENTER, json!({}))).await?;
+    apply(&env.client, vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}}))).await?;
 
     // vSphere.
     let on_vc = ready_on(&vms, "roamer", VCENTER).await?;
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (1, 0, 0));
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (1, 0, 0));
     assert!(vc.find_vm(&machine_uid(&on_vc)).await?.is_some(), "vcsim holds the VSphereMachine's VM");
 
     // One field: placement.providerRef. → Proxmox VE.
     patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": PVE}}})).await?;
     let on_pve = ready_on(&vms, "roamer", PVE).await?;
     assert_ne!(machine_uid(&on_pve), machine_uid(&on_vc), "a new Machine on the new backend");
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 1, 0));
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 1, 0));
     assert_eq!(pve.vms_tagged(&machine_uid(&on_pve)).await?.len(), 1);
 
-    // → libvirt.
-    patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": "kvm"}}})).await?;
-    let on_kvm = ready_on(&vms, "roamer", "kvm").await?;
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1));
-    let domain = libvirt.domain_list().await?.into_iter().find(|d| d.name == format!("{ns}_roamer")).context("domain")?;
-    assert_eq!(domain.uuid, machine_uid(&on_kvm), "the domain is the LibvirtMachine's");
+    // → libvirt (libvirtd + qemu): the guest really boots, with the same user-data, and gets a lease.
+    patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": KVM}}})).await?;
+    let on_kvm = ready_on(&vms, "roamer", KVM).await?;
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 0, 1));
+    let domain = format!("{ns}_roamer");
+    assert_eq!(lv.uuid(&domain)?, machine_uid(&on_kvm), "the domain is the LibvirtMachine's");
+    assert_eq!(lv.state(&domain)?, "running");
+    let addressed = wait_for(&vms, "roamer", BOOT_SECS, "an address on libvirt", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()).is_some_and(|s| !s.addresses.is_empty())
+    })
+    .await?;
+    assert_eq!(vm_addresses(&addressed), lv.leases(&lv.mac(&domain)?)?, "status shows the network's DHCP lease");
+    assert!(lv.serial_log(&domain).contains("banlieue-guest: marker=roaming"), "{}", lv.serial_log(&domain));
 
     // Each move is told: the VM's Events say where it went and why.
     let events: Api<Event> = Api::namespaced(env.client.clone(), ns);
@@ -676,8 +684,8 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
         v.and_then(|v| vm_condition(v, "PlacementValid")).is_some_and(|(s, _, _)| s == "False")
     })
     .await?;
-    assert_eq!(held.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| s.provider.as_str()), Some("kvm"));
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1), "Never: it stays where it is");
+    assert_eq!(held.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| s.provider.as_str()), Some(KVM));
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 0, 1), "Never: it stays where it is");
 
     // Manual: still held until the user bumps the restart field, then it moves.
     patch_spec(&vms, "roamer", json!({"migrationPolicy": "Manual"})).await?;
@@ -686,14 +694,181 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
             && v.and_then(|v| vm_condition(v, "PlacementValid")).is_some_and(|(s, _, _)| s == "False")
     })
     .await?;
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 1), "Manual: no move without a restart");
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 0, 1), "Manual: no move without a restart");
     patch_spec(&vms, "roamer", json!({"restartRequestedAt": "2026-12-03T12:00:00Z"})).await?;
     ready_on(&vms, "roamer", VCENTER).await?;
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (1, 0, 0));
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (1, 0, 0));
+
+    // Leaving libvirt shut the guest down gracefully (ACPI) and removed its volumes and seed.
+    assert!(lv.serial_log(&domain).contains("ACPI power button: powering off"), "{}", lv.serial_log(&domain));
+    assert_eq!(lv.volumes(&format!("{domain}_"))?, Vec::<String>::new());
 
     // Delete: nothing anywhere.
     vms.delete("roamer", &Default::default()).await?;
     await_deleted(&vms, "roamer").await?;
-    assert_eq!(census(&env, &vc, &pve, &libvirt, "roamer").await?, (0, 0, 0));
+    assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 0, 0));
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// libvirtd + qemu: a guest that boots, and a banlieue process killed mid-flight
+
+const KVM: &str = "kvm";
+/// Bound on a TCG boot to a DHCP lease (~15 s alone; two cores shared by parallel tests).
+const BOOT_SECS: u64 = 180;
+
+fn libvirt_provider_class(name: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+           "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}})
+}
+
+/// Provider `name` on the shared libvirtd: `standard` is its pool, `default` its DHCP network.
+fn libvirtd_provider(env: &TestEnv, lv: &Libvirtd, name: &str, class: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
+           "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
+                    "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}})
+}
+
+/// The libvirt ProviderClass, a VMClass for the test guest (1 CPU, 256 MiB), a VMImage on its
+/// disk, and Provider `kvm` on libvirtd.
+async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
+    let n = names(env, "libvirt");
+    for object in [
+        libvirt_provider_class(&n.provider_class),
+        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
+               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
+        libvirtd_provider(env, lv, KVM, &n.provider_class),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    Ok(n)
+}
+
+fn vm_addresses(vm: &VirtualMachine) -> Vec<String> {
+    vm.status.as_ref().map(|s| s.addresses.iter().map(|a| a.address.clone()).collect()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_vm_boots_on_libvirtd_with_its_user_data_and_shows_its_address() -> anyhow::Result<()> {
+    let env = TestEnv::start("boot").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    apply(&env.client, secret(&env, "web-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: hello-from-user-data\n")])).await?;
+    apply(&env.client, vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let ready = wait_for(&vms, "web", BOOT_SECS, "Ready with an address", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.is_some_and(|v| !vm_addresses(v).is_empty())
+    })
+    .await?;
+
+    // libvirtd's view: the domain runs, is the Machine's, and its lease is the address in status.
+    let domain = format!("{}_web", env.ns);
+    assert_eq!(lv.state(&domain)?, "running");
+    assert_eq!(lv.uuid(&domain)?, machine_uid(&ready));
+    assert_eq!(vm_addresses(&ready), lv.leases(&lv.mac(&domain)?)?);
+    // The guest's console: it read the user-data's marker and the Machine's UID from the seed.
+    let log = lv.serial_log(&domain);
+    assert!(log.contains("banlieue-guest: marker=hello-from-user-data"), "{log}");
+    assert!(log.contains(&format!("banlieue-guest: instance-id={}", machine_uid(&ready))), "{log}");
+    assert_eq!(ready.status.as_ref().and_then(|s| s.phase), Some(MachinePhase::Running));
+
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert!(lv.domains(&domain)?.is_empty());
+    assert_eq!(lv.volumes(&format!("{domain}_"))?, Vec::<String>::new());
+    Ok(())
+}
+
+/// `banlieue run` as a separate process against the test's API, killed with SIGKILL when dropped.
+struct BanlieueProcess(std::process::Child);
+
+impl BanlieueProcess {
+    fn start(env: &TestEnv) -> anyhow::Result<BanlieueProcess> {
+        // target/debug/deps/providers-… → target/debug/banlieue (built by `cargo build --workspace`).
+        let exe = std::env::current_exe()?.parent().and_then(|d| d.parent()).context("target dir")?.join("banlieue");
+        anyhow::ensure!(exe.exists(), "{} is missing: build it with `cargo build -p banlieue`", exe.display());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(env.dir().join("banlieue.log"))?;
+        let child = std::process::Command::new(exe)
+            .args(["run", "--no-leader-election", "--metrics-addr", &format!("127.0.0.1:{}", banlieue_test_backends::free_port())])
+            .arg("--builtin-dir")
+            .arg(banlieue_tests::control::guests_dist())
+            .env("KUBECONFIG", &env.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        Ok(BanlieueProcess(child))
+    }
+
+    /// SIGKILL, and reap it.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for BanlieueProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn sigkill_in_the_middle_of_create_and_of_delete_leaves_one_domain_then_none() -> anyhow::Result<()> {
+    let env = TestEnv::start("crash").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let domain = format!("{}_crash", env.ns);
+    let volumes = format!("{domain}_");
+
+    // Create, killed as soon as libvirtd holds the first thing the create makes (the root overlay).
+    let banlieue = BanlieueProcess::start(&env)?;
+    apply(&env.client, vm(&env, "crash", &n, KVM, json!({}))).await?;
+    // (Polled on a libvirt connection of the test's own, every millisecond: virsh is too slow to
+    // catch the create before it defines the domain.)
+    let conn = banlieue_libvirt::Connections::new().get(&lv.uri).await?;
+    let root = format!("{domain}_root.qcow2");
+    banlieue_tests::within(BOOT_SECS, async {
+        while !conn.volume_list(&lv.pool).await?.iter().any(|v| v.name == root) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        anyhow::Ok(())
+    })
+    .await??;
+    banlieue.kill();
+    eprintln!("killed mid-create; libvirtd holds volumes {:?} and domains {:?}", lv.volumes(&volumes)?, lv.domains(&domain)?);
+
+    // Restarted: the create finishes on what libvirtd kept; exactly one domain, the Machine's.
+    let banlieue = BanlieueProcess::start(&env)?;
+    let ready = wait_for(&vms, "crash", BOOT_SECS, "Ready after the restart", |v: Option<&VirtualMachine>| is_ready(v)).await?;
+    assert_eq!(lv.domains(&domain)?, vec![domain.clone()]);
+    assert_eq!(lv.uuid(&domain)?, machine_uid(&ready));
+    assert_eq!(lv.state(&domain)?, "running");
+    assert_eq!(lv.volumes(&volumes)?, vec![format!("{domain}_cidata.img"), format!("{domain}_root.qcow2")]);
+
+    // Delete, killed while the guest is shutting down for it (its console says so).
+    wait_backend("the guest's acpid", BOOT_SECS, || Ok(lv.serial_log(&domain).contains("banlieue-guest: acpid=on"))).await?;
+    vms.delete("crash", &Default::default()).await?;
+    wait_backend("the delete's ACPI shutdown", 60, || Ok(lv.serial_log(&domain).contains("ACPI power button: powering off"))).await?;
+    banlieue.kill();
+    assert!(vms.get_opt("crash").await?.is_some(), "the finalizer holds the VM while its domain may exist");
+
+    // Restarted: the delete finishes; nothing is left on libvirtd.
+    let _banlieue = BanlieueProcess::start(&env)?;
+    await_deleted(&vms, "crash").await?;
+    assert!(lv.domains(&domain)?.is_empty(), "{:?}", lv.domains(&domain)?);
+    assert_eq!(lv.volumes(&volumes)?, Vec::<String>::new());
+    Ok(())
+}
+
+/// Poll a backend query until it holds, at most `secs`.
+async fn wait_backend(what: &str, secs: u64, mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    banlieue_test_backends::libvirtd::wait_for(what, Duration::from_secs(secs), || Ok(check()?.then_some(()))).await
 }
