@@ -6,10 +6,11 @@ deps:
 
 ## Install what is needed, build the built-in components, then run banlieue dev
 ## (embedded API server + CRDs + every role + the libvirt class on test:///default,
-## and the vSphere and Proxmox VE simulators with a Provider each).
+## the vSphere and Proxmox VE simulators and libvirtd + qemu, with a Provider each).
+## Needs root for libvirtd; tests/backends/libvirtd/stop.sh stops it afterwards.
 dev: deps
 	guests/build.sh
-	cargo run -p banlieue -- dev --backends vsphere,proxmox
+	cargo run -p banlieue -- dev --backends vsphere,proxmox,libvirt
 
 ## Install what is needed, then run every test.
 test:

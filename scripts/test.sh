@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 export CARGO_TERM_COLOR=never
+# libvirtd with qemu (TCG) and the test guest: one per run, shared by every suite that
+# boots a VM (banlieue-test-backends' libvirtd), stopped again however the run ends.
+tests/backends/libvirtd/start.sh >/dev/null
+trap 'tests/backends/libvirtd/stop.sh >/dev/null 2>&1 || true' EXIT
+tests/backends/libvirtd/build-guest.sh >/dev/null
 # Guest components first: the runtime and end-to-end tests load them from guests/dist.
 guests/build.sh
 (cd guests && cargo test --locked --target x86_64-unknown-linux-gnu)

@@ -2,8 +2,9 @@
 //! ProviderClasses (`libvirt`, `vsphere`, `proxmox`) and a dev Provider on
 //! libvirt's `test:///default` driver — so `kubectl apply -f examples/quickstart/`
 //! gives a Ready VM without a cluster or a hypervisor. With `--backends
-//! vsphere,proxmox` it also starts the simulators the tests use (vcsim, fakepve)
-//! on loopback, with a Provider and its credentials Secret for each.
+//! vsphere,proxmox,libvirt` it also starts the backends the tests use (vcsim,
+//! fakepve on loopback; libvirtd with qemu), with a Provider (and credentials
+//! Secret) for each.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ pub struct DevArgs {
     /// libvirt URI of the dev Provider.
     #[arg(long, default_value = "test:///default")]
     libvirt_uri: String,
-    /// Simulated backends to start, each with a Provider (`vcsim`, `fakepve`) in namespace `default`.
+    /// Backends to start, each with a Provider (`vcsim`, `fakepve`, `kvm`) in namespace `default`.
     #[arg(long, value_delimiter = ',')]
     backends: Vec<Backend>,
     #[command(flatten)]
@@ -74,7 +75,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("export KUBECONFIG={}", kubeconfig_path.display());
     println!("then: kubectl apply -f examples/quickstart/ && kubectl get vm -w");
     for (backend, url) in simulators.urls() {
-        println!("{backend} simulator at {url}");
+        println!("{backend} at {url}");
     }
 
     let result = roles.await;
@@ -84,13 +85,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     result?
 }
 
-/// A simulated backend `banlieue dev` can start.
+/// A backend `banlieue dev` can start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// vcsim, govmomi's vCenter simulator (built by tests/backends/vcsim/build.sh).
     Vsphere,
     /// fakepve, a Proxmox VE API simulator (PyPI fakepve).
     Proxmox,
+    /// libvirtd with qemu (TCG) on this machine, as the tests run it (tests/backends/libvirtd;
+    /// needs root), with the test guest as VMImage `tiny-guest`. It keeps running after dev
+    /// stops: `tests/backends/libvirtd/stop.sh` stops it.
+    Libvirt,
 }
 
 /// The simulators dev started; each stops when dropped.
@@ -98,6 +103,7 @@ pub enum Backend {
 struct Simulators {
     vcsim: Option<banlieue_test_backends::vcsim::Vcsim>,
     fakepve: Option<banlieue_test_backends::fakepve::FakePve>,
+    libvirtd: Option<&'static banlieue_test_backends::libvirtd::Libvirtd>,
 }
 
 impl Simulators {
@@ -105,6 +111,23 @@ impl Simulators {
     async fn start(&mut self, backend: Backend) -> anyhow::Result<Vec<serde_json::Value>> {
         use serde_json::json;
         let (name, class, endpoint, username, password, ca, storage, network) = match backend {
+            Backend::Libvirt => {
+                let lv = tokio::task::spawn_blocking(banlieue_test_backends::libvirtd::Libvirtd::shared)
+                    .await?
+                    .context("starting libvirtd (--backends libvirt; needs root)")?;
+                self.libvirtd = Some(lv);
+                return Ok(vec![
+                    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": "default"},
+                           "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": lv.uri},
+                                    "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
+                    // The test guest: boots in seconds under TCG, prints its user-data's
+                    // `#banlieue-marker:` lines on the serial console, gets a DHCP lease.
+                    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "tiny-guest"},
+                           "spec": {"sources": [{"providerClass": "libvirt", "backingFile": lv.guest_disk()},
+                                                {"providerClass": "vsphere", "template": banlieue_test_backends::vcsim::TEMPLATE},
+                                                {"providerClass": "proxmox", "template": banlieue_test_backends::fakepve::TEMPLATE_VMID.to_string()}]}}),
+                ]);
+            }
             Backend::Vsphere => {
                 let v = banlieue_test_backends::vcsim::Vcsim::start().await.context("starting vcsim (--backends vsphere)")?;
                 let url = v.url.clone();
@@ -143,6 +166,9 @@ impl Simulators {
         }
         if let Some(s) = &self.fakepve {
             v.push(("Proxmox VE (fakepve)", s.url.clone()));
+        }
+        if let Some(s) = self.libvirtd {
+            v.push(("libvirtd + qemu", s.uri.clone()));
         }
         v
     }
