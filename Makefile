@@ -26,6 +26,7 @@ bench:
 	guests/build.sh && cargo bench -p banlieue-runtime --bench runtime
 	cargo bench -p banlieue-tests --bench control_loop
 	cargo bench -p banlieue-tests --bench providers
+	cargo bench -p banlieue-tests --bench libvirtd
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
 FUZZ_SECONDS ?= 60

@@ -28,16 +28,13 @@ use banlieue_api::{Provider, VirtualMachine};
 use banlieue_controller::{Context, Options, Roles};
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::vcsim::{self, Vcsim};
+use banlieue_tests::bench::{env_or, median};
 use banlieue_tests::control::{apply, guests_dist};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn main() -> anyhow::Result<()> {
     if let Some(served) = banlieue_tests::bench::serve_if_child() {
@@ -437,15 +434,6 @@ async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind
     .await?;
     drop(backend);
     Ok(Run { probe_logins, create, delete, warnings, cpu })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn opt(v: Option<usize>) -> String {

@@ -103,9 +103,10 @@ impl Libvirtd {
         Ok(self.virsh(&["domuuid", domain])?.trim().to_string())
     }
 
-    /// The volumes in the test pool whose name starts with `prefix`.
+    /// The volumes in the test pool whose name starts with `prefix` (as libvirt lists them: every
+    /// volume banlieue makes goes through libvirt, so no refresh is needed — and a refresh fails
+    /// while another test uploads into the pool).
     pub fn volumes(&self, prefix: &str) -> Result<Vec<String>> {
-        self.virsh(&["pool-refresh", &self.pool])?;
         let list = self.virsh(&["vol-list", &self.pool])?;
         let mut names: Vec<String> = list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(prefix)).map(String::from).collect();
         names.sort();
