@@ -142,11 +142,12 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
         )?;
     }
     if let Some(path) = extras.serial_log {
-        // A pty with a log: `virsh console` still works, and the host keeps what the guest printed.
+        // A pty with a log: `virsh console` still works, and the host keeps what the guest printed
+        // since it last started (not appended: a new machine of the same name starts a new log).
         let path = text("serial log path", path)?;
         write!(
             xml,
-            "<serial type='pty'><log file='{path}' append='on'/><target port='0'/></serial><console type='pty'><target type='serial' port='0'/></console>"
+            "<serial type='pty'><log file='{path}' append='off'/><target port='0'/></serial><console type='pty'><target type='serial' port='0'/></console>"
         )?;
         // The QEMU guest agent's channel: addresses from inside the guest when it runs one.
         xml.push_str("<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>");
@@ -301,7 +302,7 @@ mod tests {
             "{xml}"
         );
         assert!(!xml.contains("user-data"), "{xml}");
-        assert!(xml.contains("<serial type='pty'><log file='/var/log/x.log' append='on'/>"), "{xml}");
+        assert!(xml.contains("<serial type='pty'><log file='/var/log/x.log' append='off'/>"), "{xml}");
         assert!(xml.contains("org.qemu.guest_agent.0"), "{xml}");
         assert_eq!(
             raw_volume("s.img", 65536).unwrap(),

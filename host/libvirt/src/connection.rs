@@ -1,9 +1,10 @@
 //! Long-lived connections, one per URI, each driven from async code on tokio's blocking pool.
 //!
 //! libvirt calls block (a remote URI does network round trips), so none of them runs on the async
-//! executor: each call takes the connection's lock asynchronously, then runs on `spawn_blocking`,
-//! and the whole is bounded by a timeout. A call that times out keeps its blocking thread (and the
-//! lock) until libvirt returns; later calls on that URI wait for the lock and time out in turn.
+//! executor: each call runs on `spawn_blocking`, bounded by a timeout. A libvirt connection is
+//! thread-safe and its RPC carries concurrent calls, so calls on one URI run side by side (ten
+//! domain starts need not queue behind each other); libvirt keeps the last error per thread, so
+//! each call reads its own. A call that times out keeps its blocking thread until libvirt returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Once};
@@ -91,7 +92,7 @@ struct Inner {
     uri: String,
     timeout: Duration,
     /// `None` until opened, and again after the connection was lost.
-    conn: Arc<tokio::sync::Mutex<Option<Conn>>>,
+    conn: Arc<Mutex<Option<Arc<Conn>>>>,
 }
 
 impl std::fmt::Debug for Libvirt {
@@ -108,7 +109,7 @@ impl Libvirt {
             inner: Arc::new(Inner {
                 uri: uri.to_string(),
                 timeout,
-                conn: Arc::new(tokio::sync::Mutex::new(None)),
+                conn: Arc::new(Mutex::new(None)),
             }),
         }
     }
@@ -125,24 +126,35 @@ impl Libvirt {
         F: FnOnce(&Connect) -> std::result::Result<T, VirtError> + Send + 'static,
     {
         let uri = self.inner.uri.clone();
-        let conn = self.inner.conn.clone();
+        let slot = self.inner.conn.clone();
+        let current = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let work = async move {
-            let mut slot = conn.lock_owned().await;
             tokio::task::spawn_blocking(move || {
-                let alive = slot
-                    .as_ref()
-                    .is_some_and(|c| c.0.is_alive().unwrap_or(false));
-                if !alive {
-                    *slot = None;
-                    let opened = Connect::open(Some(&uri)).map_err(|e| {
-                        LibvirtError::Unavailable(format!("cannot open {uri}: {}", e.message()))
-                    })?;
-                    *slot = Some(Conn(opened));
-                }
-                let result = call(&slot.as_ref().expect("opened above").0);
-                result.map_err(|e| {
+                // (Re)open here, on the blocking thread: a dead or missing connection is replaced,
+                // and the replacement kept unless another call already put a newer one in place.
+                let conn = match current.filter(|c| c.0.is_alive().unwrap_or(false)) {
+                    Some(c) => c,
+                    None => {
+                        let opened = Connect::open(Some(&uri)).map_err(|e| {
+                            LibvirtError::Unavailable(format!("cannot open {uri}: {}", e.message()))
+                        })?;
+                        let fresh = Arc::new(Conn(opened));
+                        let mut kept = slot.lock().unwrap_or_else(|e| e.into_inner());
+                        match kept.as_ref().filter(|c| c.0.is_alive().unwrap_or(false)) {
+                            Some(newer) => newer.clone(),
+                            None => {
+                                *kept = Some(fresh.clone());
+                                fresh
+                            }
+                        }
+                    }
+                };
+                call(&conn.0).map_err(|e| {
                     if connection_lost(&e) {
-                        *slot = None;
+                        let mut kept = slot.lock().unwrap_or_else(|e| e.into_inner());
+                        if kept.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                            *kept = None;
+                        }
                     }
                     LibvirtError::from_virt(&uri, &e)
                 })
