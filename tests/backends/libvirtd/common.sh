@@ -12,7 +12,7 @@ POOL_NAME=${BANLIEUE_LIBVIRTD_POOL:-banlieue}
 POOL_DIR=$DIR/pool
 NET_NAME=${BANLIEUE_LIBVIRTD_NET:-banlieue}
 NET_BRIDGE=${BANLIEUE_LIBVIRTD_BRIDGE:-virbr-banlieue}
-# The /24 of the isolated network: .1 is the host's bridge, leases from .100 to .199.
+# The /24 of the isolated network: .1 is the host's bridge, leases from .10 to .250, for 5 minutes.
 NET_PREFIX=${BANLIEUE_LIBVIRTD_NET_PREFIX:-192.168.123}
 URI=qemu:///system
 TCP=${BANLIEUE_LIBVIRTD_TCP:-0}

@@ -8,7 +8,7 @@
 # virtlogd and libvirtd with their pidfiles in $BANLIEUE_LIBVIRTD_DIR/run
 # (default /tmp/banlieue-libvirtd), waits until libvirtd answers, then defines
 # and starts the pool (dir $BANLIEUE_LIBVIRTD_DIR/pool) and the network
-# (bridge virbr-banlieue, 192.168.123.0/24, DHCP .100-.199, no forwarding:
+# (bridge virbr-banlieue, 192.168.123.0/24, DHCP .10-.250, 5-minute leases, no forwarding:
 # guests reach the host's bridge address and nothing else).
 # Idempotent: what already runs or exists is kept. Prints the URI(s) on stdout.
 #
@@ -164,7 +164,10 @@ if ! v net-info "$NET_NAME" >/dev/null 2>&1; then
   <dns enable='no'/>
   <ip address='$NET_PREFIX.1' netmask='255.255.255.0'>
     <dhcp>
-      <range start='$NET_PREFIX.100' end='$NET_PREFIX.199'/>
+      <!-- Every test guest has a new MAC: short leases keep the range from running out. -->
+      <range start='$NET_PREFIX.10' end='$NET_PREFIX.250'>
+        <lease expiry='5' unit='minutes'/>
+      </range>
     </dhcp>
   </ip>
 </network>
