@@ -444,7 +444,7 @@ async fn refused_credentials_are_reported_and_fixing_the_secret_recovers_on_vsph
     secrets
         .patch("vcenter-credentials", &PatchParams::default(), &Patch::Merge(json!({"data": {"password": b64(vcsim::PASSWORD)}})))
         .await?;
-    // The Provider reconciler watches its credentials Secret: no nudge, no minute's wait.
+    // Refused credentials are re-read every few seconds (banlieue watches no Secrets): no nudge, no minute's wait.
     let p = wait_provider(&providers, VCENTER, 30, "True", Some("Probed")).await?;
     assert_eq!(p.status.unwrap().failure_domains.len(), 1);
     assert_eq!(vc.login_count().await?, 1, "logged in with the fixed password");
@@ -662,6 +662,9 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
     // → libvirt (libvirtd + qemu): the guest really boots, with the same user-data, and gets a lease.
     patch_spec(&vms, "roamer", json!({"placement": {"providerRef": {"name": KVM}}})).await?;
     let on_kvm = ready_on(&vms, "roamer", KVM).await?;
+    // Nothing reported by an earlier backend survives a move (status writes clear what is gone).
+    let earlier: Vec<String> = [&on_vc, &on_pve].into_iter().flat_map(vm_addresses).collect();
+    assert!(!vm_addresses(&on_kvm).iter().any(|a| earlier.contains(a)), "{:?} still shows an earlier backend's address ({earlier:?})", vm_addresses(&on_kvm));
     assert_eq!(census(&env, &vc, &pve, lv, "roamer").await?, (0, 0, 1));
     let domain = format!("{ns}_roamer");
     assert_eq!(lv.uuid(&domain)?, machine_uid(&on_kvm), "the domain is the LibvirtMachine's");
@@ -670,7 +673,8 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
         v.and_then(|v| v.status.as_ref()).is_some_and(|s| !s.addresses.is_empty())
     })
     .await?;
-    assert_eq!(vm_addresses(&addressed), lv.leases(&lv.mac(&domain)?)?, "status shows the network's DHCP lease");
+    let mac = lv.mac(&domain)?;
+    assert_eq!(vm_addresses(&addressed), lv.leases(&mac)?, "status shows the network's DHCP lease for {mac}: {}", lv.virsh(&["net-dhcp-leases", &lv.network])?);
     assert!(lv.serial_log(&domain).contains("banlieue-guest: marker=roaming"), "{}", lv.serial_log(&domain));
 
     // Each move is told: the VM's Events say where it went and why.

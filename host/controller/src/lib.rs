@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod operator;
 pub mod provider;
 pub mod scheduling;
+pub mod status;
 pub mod vm;
 
 use std::collections::HashMap;
@@ -121,6 +122,8 @@ pub struct Context {
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
+    /// Providers whose credentials the backend refused (see `provider`).
+    pub(crate) refused: Mutex<HashMap<String, provider::Refused>>,
 }
 
 impl Context {
@@ -137,6 +140,7 @@ impl Context {
             grants: grants::Cache::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
+            refused: Mutex::default(),
         }))
     }
 

@@ -31,6 +31,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
+use crate::status;
 use crate::conditions::{self, PROVISIONED, READY};
 use crate::provider::call_failure;
 use crate::{finalizer, infra_kinds, Context, Error};
@@ -308,24 +309,7 @@ fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed
 }
 
 async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMachineStatus) -> Result<(), Error> {
-    let old = status(m);
-    let unchanged = old.initialization == st.initialization
-        && old.addresses == st.addresses
-        && old.failure_domain == st.failure_domain
-        && old.power_state == st.power_state
-        && old.phase == st.phase
-        && old.last_restart_requested_at == st.last_restart_requested_at
-        && old.observed_generation == st.observed_generation
-        && conditions::same(&old.conditions, &st.conditions);
-    if !unchanged {
-        let patch = serde_json::json!({ "status": st });
-        match api.patch_status(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            other => {
-                other?;
-            }
-        }
-    }
+    status::write(api, &m.name_any(), Some(&status(m)), &st).await?;
     Ok(())
 }
 

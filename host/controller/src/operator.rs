@@ -18,6 +18,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use crate::status;
 use crate::components::{LoadError, Loaded};
 use crate::conditions::{self, READY, VERIFIED};
 use crate::{Context, Error, FIELD_MANAGER};
@@ -146,17 +147,8 @@ async fn write_status<K>(ctx: &Context, name: &str, old: Option<&ComponentStatus
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let unchanged = old.is_some_and(|o| {
-        o.resolved_digest == new.resolved_digest
-            && o.contract_version == new.contract_version
-            && o.observed_generation == new.observed_generation
-            && conditions::same(&o.conditions, &new.conditions)
-    });
-    if unchanged {
-        return Ok(());
-    }
     let api: Api<K> = Api::all(ctx.client.clone());
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": new }))).await?;
+    status::write(&api, name, old, &new).await?;
     Ok(())
 }
 

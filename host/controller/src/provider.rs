@@ -2,9 +2,13 @@
 //! Provider's grant and publish what it found — failure domains with labels, free
 //! capacity, available classes and features — and `Ready` with the reason when
 //! the backend is unreachable or refuses the credentials. Probes repeat every
-//! minute so capacity stays current, and at once when the Provider's credentials
-//! Secret changes; each first checks whether the credentials changed, and drops
-//! the Provider's backend session if they did.
+//! minute so capacity stays current; each first checks whether the credentials
+//! changed, and drops the Provider's backend session if they did.
+//!
+//! banlieue watches no Secrets (it may only `get` the ones objects reference):
+//! credentials a backend refused are re-read every [`CREDENTIALS_RECHECK`] and
+//! probed again as soon as they change — not before, so a wrong password is not
+//! tried against the backend over and over.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,37 +18,25 @@ use banlieue_api::{Provider, ProviderClass};
 use banlieue_runtime::provider::Inventory;
 use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use crate::status;
 use crate::conditions::{self, READY};
 use crate::{Context, Error};
 
 /// How often a healthy Provider is probed again.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
+/// How often refused credentials are re-read to notice that they were fixed.
+pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(5);
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default());
     let store = controller.store();
-    let by_secret = store.clone();
     controller
-        // Fixed or rotated credentials are probed at once (and drop the backend session).
-        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |secret| {
-            let (ns, name) = (secret.namespace(), secret.name_any());
-            by_secret
-                .state()
-                .into_iter()
-                .filter(|p| {
-                    p.namespace() == ns
-                        && p.spec.connection.credentials_ref.as_ref().and_then(|c| c.name.as_deref()) == Some(name.as_str())
-                })
-                .map(|p| ObjectRef::from_obj(&*p))
-                .collect::<Vec<_>>()
-        })
         .watches(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default(), move |class| {
             let name = class.name_any();
             store
@@ -80,7 +72,28 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
     let key = crate::key(provider);
     let generation = provider.metadata.generation;
     let mut status = provider.status.clone().unwrap_or_default();
-    let outcome = probe(provider, ctx).await;
+    let backend = crate::grants::backend(ctx, provider, &key).await;
+    let credentials = match &backend {
+        Ok(b) => credentials_fingerprint(b).await,
+        Err(_) => None,
+    };
+    let refused = Refused { generation, credentials, at: Instant::now() };
+    // Keyed by UID too: a Provider recreated under the same name is probed afresh.
+    let memo_key = crate::grants::session_scope(provider);
+    if ctx.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&memo_key).is_some_and(|was| was.holds(&refused)) {
+        return Ok(Action::requeue(CREDENTIALS_RECHECK));
+    }
+    let outcome = match backend {
+        Ok(b) => probe(provider, ctx, b).await,
+        Err(failure) => Err(failure),
+    };
+    {
+        let mut memo = ctx.refused.lock().unwrap_or_else(|e| e.into_inner());
+        match &outcome {
+            Err((reason, _, _)) if *reason == CREDENTIALS_REFUSED => memo.insert(memo_key, refused),
+            _ => memo.remove(&memo_key),
+        };
+    }
     status.observed_generation = generation;
     let action = match outcome {
         Ok(inventory) => {
@@ -97,36 +110,50 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
             if was_ready || provider.status.is_none() {
                 ctx.event(&provider.object_ref(&()), true, reason, "Probe", message).await;
             }
-            if retryable { Action::requeue(ctx.backoff(&format!("provider/{key}"))) } else { Action::requeue(PROBE_INTERVAL) }
+            match (reason == CREDENTIALS_REFUSED, retryable) {
+                (true, _) => Action::requeue(CREDENTIALS_RECHECK),
+                (false, true) => Action::requeue(ctx.backoff(&format!("provider/{key}"))),
+                (false, false) => Action::requeue(PROBE_INTERVAL),
+            }
         }
     };
-    {
-        let unchanged = provider.status.as_ref().is_some_and(|old| {
-            old.failure_domains == status.failure_domains
-                && old.observed_generation == status.observed_generation
-                && conditions::same(&old.conditions, &status.conditions)
-        });
-        if !unchanged {
-            let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &provider.namespace().unwrap_or_default());
-            api.patch_status(&provider.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": status })))
-                .await?;
-        }
-    }
+    let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &provider.namespace().unwrap_or_default());
+    status::write(&api, &provider.name_any(), provider.status.as_ref(), &status).await?;
     Ok(action)
 }
 
-async fn probe(provider: &Provider, ctx: &Context) -> Result<Inventory, Failure> {
-    let b = crate::grants::backend(ctx, provider, &crate::key(provider)).await?;
+async fn probe(provider: &Provider, ctx: &Context, b: crate::grants::Backend) -> Result<Inventory, Failure> {
     crate::grants::check_credentials(ctx, provider, &b.grants).await;
     ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants))
         .await
         .map_err(|e| call_failure(&e))
 }
 
+const CREDENTIALS_REFUSED: &str = "CredentialsRefused";
+
+/// A probe the backend refused: probed again only when the Provider or its
+/// credentials change, or after [`PROBE_INTERVAL`].
+#[derive(Debug)]
+pub(crate) struct Refused {
+    generation: Option<i64>,
+    credentials: Option<[u8; 32]>,
+    at: Instant,
+}
+
+impl Refused {
+    fn holds(&self, now: &Refused) -> bool {
+        self.generation == now.generation && self.credentials == now.credentials && now.at.duration_since(self.at) < PROBE_INTERVAL
+    }
+}
+
+async fn credentials_fingerprint(b: &crate::grants::Backend) -> Option<[u8; 32]> {
+    b.grants.secrets.as_ref()?.fingerprint().await.ok()
+}
+
 /// A driver call's failure as a condition reason a user can act on.
 pub fn call_failure(e: &CallError) -> Failure {
     let reason = match e {
-        CallError::Guest(GuestError::Denied(_)) => "CredentialsRefused",
+        CallError::Guest(GuestError::Denied(_)) => CREDENTIALS_REFUSED,
         CallError::Guest(GuestError::Unavailable(_)) => "BackendUnavailable",
         CallError::Guest(GuestError::InvalidSpec(_)) => "InvalidSpec",
         CallError::Guest(GuestError::NotFound(_)) => "NotFound",

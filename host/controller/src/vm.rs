@@ -1,7 +1,8 @@
 //! The VirtualMachine controller (role `controller`), following DESIGN.md §3:
 //!
 //! 1. finalizer `banlieue.io/virtualmachine`;
-//! 2. resolve the VMClass, the VMImage and the user-data Secret;
+//! 2. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
+//!    Secret: banlieue watches no Secrets, so a missing one is looked for again with backoff);
 //! 3. gather candidates ([`crate::scheduling`]) and let the placement component
 //!    choose — or keep the current placement while it still holds, and apply the
 //!    `migrationPolicy` when it does not;
@@ -30,6 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
+use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::machine::PAUSED_ANNOTATION;
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
@@ -100,7 +102,6 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let by_class = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
     let by_image = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
     let in_namespace = by(|vm, _, ns| vm.namespace().as_deref() == ns, store.clone());
-    let by_secret = by(|vm, n, ns| vm.namespace().as_deref() == ns && vm.spec.user_data.as_ref().is_some_and(|u| u.name == n), store.clone());
     let unscheduled = by(|vm, _, _| !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED)), store.clone());
     let unscheduled_too = unscheduled.clone();
     let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()));
@@ -114,7 +115,6 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
         .watches_stream(provider_changes, move |o| in_namespace(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
-        .watches(ctx.watched::<Secret>(), watcher::Config::default(), move |o| by_secret(o.name_any(), o.namespace()))
         .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -268,10 +268,10 @@ impl<'a> Reconcile<'a> {
                 .get_opt(&u.name)
                 .await
                 .map_err(api_error)?
-                .ok_or_else(|| blocked(SCHEDULED, "UserDataNotFound", format!("user-data Secret {:?} not found", u.name)))?;
+                .ok_or_else(|| blocked(SCHEDULED, "UserDataNotFound", format!("user-data Secret {:?} not found", u.name)).retrying())?;
             let has_key = secret.data.as_ref().is_some_and(|d| d.contains_key(&u.key)) || secret.string_data.as_ref().is_some_and(|d| d.contains_key(&u.key));
             if !has_key {
-                return Err(blocked(SCHEDULED, "UserDataNotFound", format!("Secret {:?} has no key {:?}", u.name, u.key)));
+                return Err(blocked(SCHEDULED, "UserDataNotFound", format!("Secret {:?} has no key {:?}", u.name, u.key)).retrying());
             }
         }
         let mut providers: Vec<Arc<Provider>> =
@@ -600,19 +600,8 @@ impl<'a> Reconcile<'a> {
 
     async fn write_status(&mut self) -> Result<(), Error> {
         self.status.observed_generation = self.generation;
-        let old = self.vm.status.clone().unwrap_or_default();
-        let mut a = old.clone();
-        let mut b = self.status.clone();
-        a.conditions.clear();
-        b.conditions.clear();
-        if a == b && conditions::same(&old.conditions, &self.status.conditions) {
-            return Ok(());
-        }
-        match self.api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": self.status }))).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-            Ok(_) => Ok(()),
-        }
+        status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
+        Ok(())
     }
 }
 
