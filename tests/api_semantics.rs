@@ -107,15 +107,39 @@ async fn finalizers_hold_deletion_until_removed() -> anyhow::Result<()> {
     let mut c = cm("held", &[("a", "1")]);
     c.metadata.finalizers = Some(vec!["banlieue.io/test".into()]);
     cms.create(&PostParams::default(), &c).await?;
-    cms.delete("held", &DeleteParams::default()).await?;
+    // A delete that only marks the object answers with the object, marked.
+    let marked = cms.delete("held", &DeleteParams::default()).await?.left().expect("the object, not a Status");
+    assert!(marked.metadata.deletion_timestamp.is_some());
     let held = cms.get("held").await?;
     assert!(held.metadata.deletion_timestamp.is_some(), "marked for deletion");
     // No new finalizers once deleting.
     let err = cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["banlieue.io/test", "banlieue.io/other"]}}))).await.unwrap_err();
     assert_eq!(api_error(err).code, 422);
-    cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    // The update that removes the last finalizer answers with the object as it left it.
+    let last = cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    assert!(last.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizers in the response");
     await_deleted(&cms, "held").await?;
     assert!(cms.get_opt("held").await?.is_none());
+    // A delete that removes the object at once answers with a Status, as kube-apiserver does.
+    let gone = cms.create(&PostParams::default(), &cm("free", &[])).await?;
+    let status = cms.delete("free", &DeleteParams::default()).await?.right().expect("a Status, not the object");
+    assert!(status.is_success(), "{status:?}");
+    let details = status.details.expect("details");
+    assert_eq!((details.name.as_str(), details.kind.as_str(), details.uid.as_str()), ("free", "configmaps", gone.metadata.uid.as_deref().unwrap()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn namespaces_carry_their_name_as_a_label() -> anyhow::Result<()> {
+    let env = TestEnv::start("nslabel").await?;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    let label = |ns: &k8s_openapi::api::core::v1::Namespace| ns.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/metadata.name")).cloned();
+    assert_eq!(label(&nss.get(&env.ns).await?).as_deref(), Some(env.ns.as_str()));
+    // It cannot be taken away or changed: every write puts it back.
+    let patched = nss
+        .patch(&env.ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"kubernetes.io/metadata.name": "other"}}})))
+        .await?;
+    assert_eq!(label(&patched).as_deref(), Some(env.ns.as_str()));
     Ok(())
 }
 
@@ -296,6 +320,47 @@ async fn watch_from_a_resource_version_bookmarks_and_gone() -> anyhow::Result<()
     Ok(())
 }
 
+/// kube-apiserver serves watches only from revisions etcd has not compacted (every 5 minutes): a
+/// watch from before that is `410 Gone`, however few events came since. The embedded server
+/// compacts events older than its window the same way; this test gives one a 1-second window.
+#[tokio::test]
+async fn a_watch_from_a_compacted_resource_version_is_gone() -> anyhow::Result<()> {
+    let env = TestEnv::start("compacted").await?;
+    let mut short_window = None;
+    let (client, ns) = if TestEnv::external() {
+        (env.client.clone(), env.ns.clone())
+    } else {
+        let config = banlieue_apiserver::Config { watch_window: std::time::Duration::from_secs(1), ..Default::default() };
+        let server = banlieue_apiserver::ApiServer::start(config).await?;
+        let path = env.dir().join("short-window-kubeconfig");
+        server.write_kubeconfig(&path)?;
+        short_window = Some(server);
+        (client_for(&path).await?, "default".to_string())
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let created = cms.create(&PostParams::default(), &cm("old", &[])).await?;
+    cms.patch("old", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
+    // On a cluster, resourceVersion 1 is long compacted; here, the create's once the window passed.
+    let from = if TestEnv::external() { "1".to_string() } else { created.metadata.resource_version.clone().unwrap() };
+    let code = within(30, async {
+        loop {
+            let mut stream = cms.watch(&WatchParams::default().timeout(2), &from).await?.boxed();
+            match stream.next().await {
+                Some(Ok(WatchEvent::Error(e))) => return anyhow::Ok(e.code),
+                // Still resumable: it replays the patch. Look again shortly.
+                _ => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            }
+        }
+    })
+    .await??;
+    assert_eq!(code, 410);
+    cms.delete("old", &DeleteParams::default()).await?;
+    if let Some(server) = short_window {
+        server.shutdown().await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
     let env = TestEnv::start("patches").await?;
@@ -312,7 +377,8 @@ async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
     // Strategic merge: finalizers merge as a set.
     cms.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["x.io/a"]}}))).await?;
     let c = cms.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["x.io/b"]}}))).await?;
-    assert_eq!(c.metadata.finalizers.unwrap(), ["x.io/a", "x.io/b"]);
+    // kube-apiserver's order for a merged primitive list: the patch's new items first.
+    assert_eq!(c.metadata.finalizers.unwrap(), ["x.io/b", "x.io/a"]);
     cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
     // Custom resources have no strategic merge patch.
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
@@ -390,6 +456,16 @@ async fn schema_validation_defaulting_and_pruning() -> anyhow::Result<()> {
     for field in ["spec.cpus", "spec.memoryMiB", "spec.firmware"] {
         assert!(err.message.contains(field), "{field} in {}", err.message);
     }
+    // Each cause names its field once, in `field`, as kube-apiserver does; kubectl joins the two.
+    let causes = err.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
+    assert_eq!(causes.len(), 3, "{causes:?}");
+    for c in &causes {
+        assert!(!c.message.starts_with(&c.field), "{c:?}");
+    }
+    let bad = serde_json::to_string(&obj(json!({"cpus": 2, "memoryMiB": 1024, "firmware": "EFI"})))?;
+    let out = env.kubectl_raw(&["create", "-f", "-"], Some(&bad), &[]).await?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(said.matches("spec.firmware").count(), 1, "{said}");
     // Defaults are filled, unknown fields pruned.
     let created = api.create(&PostParams::default(), &obj(json!({"cpus": 2, "memoryMiB": 1024, "bogus": true}))).await?;
     assert_eq!(created.data["spec"]["firmware"], "BIOS");

@@ -22,6 +22,19 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Causes {
     }
 }
 
+/// The label kube-apiserver keeps on every Namespace (since 1.21), so selectors can name one.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Set (or restore) [`NAMESPACE_NAME_LABEL`] to the Namespace's name, on every write.
+fn label_namespace_name(obj: &mut Value) {
+    let name = meta::name(obj).to_string();
+    let m = meta::meta_mut(obj);
+    if !m.get("labels").is_some_and(Value::is_object) {
+        m.insert("labels".into(), json!({}));
+    }
+    m["labels"][NAMESPACE_NAME_LABEL] = Value::String(name);
+}
+
 /// Fold Secret `stringData` into base64 `data`, as the real server does on write.
 fn fold_string_data(obj: &mut Value) {
     use base64::Engine;
@@ -49,6 +62,7 @@ pub fn prepare_create(rt: &ResourceType, obj: &mut Value) {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
             }
             obj["status"] = json!({"phase": "Active"});
+            label_namespace_name(obj);
         }
         Some(Builtin::Crd) => {
             crd_status(obj, None);
@@ -118,6 +132,7 @@ pub fn prepare_update(rt: &ResourceType, current: &Value, new: &mut Value) -> Ap
             check_immutable_data(rt, current, new, &["data"])?;
         }
         Some(Builtin::ConfigMap) => check_immutable_data(rt, current, new, &["data", "binaryData"])?,
+        Some(Builtin::Namespace) => label_namespace_name(new),
         Some(Builtin::Crd) => {
             if new.pointer("/spec/group") != current.pointer("/spec/group")
                 || new.pointer("/spec/names/plural") != current.pointer("/spec/names/plural")

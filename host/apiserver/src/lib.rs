@@ -6,6 +6,7 @@
 //! collection, server-side apply, schema validation — over HTTPS with a bearer
 //! token. Production runs on a real cluster; nothing in banlieue depends on this.
 
+pub mod audit;
 mod builtins;
 mod discovery;
 mod gc;

@@ -589,7 +589,8 @@ pub fn write(state: &State, rt: &ResourceType, current: &Arc<Value>, mut new: Va
     let (ns, name) = (meta::namespace(current).to_string(), meta::name(current).to_string());
     let expect = Expect::Version(rv_of(current));
     let result = if finished {
-        state.store.commit(&rt.storage_key(), &ns, &name, expect, None)
+        // The response and the DELETED event show the object as this update left it.
+        state.store.commit_delete_as(&rt.storage_key(), &ns, &name, expect, new)
     } else {
         state.store.commit(&rt.storage_key(), &ns, &name, expect, Some(new))
     };
@@ -933,12 +934,26 @@ fn delete(req: &Request) -> ApiResult<Reply> {
             }
         }
         match delete_object(&req.state, &req.rt, &current, opts.propagation, dry) {
+            // Removed at once: like kube-apiserver (no type here sets ReturnDeletedObject), a
+            // Status naming what went; still there (finalizers): the object as it now is.
+            Ok(v) if !dry && !meta::is_deleting(&v) => return Ok(reply(200, deleted_status(&req.rt, &v))),
             Ok(v) => return Ok(reply(200, served(&req.rt, &v))),
             Err(WriteError::Stale) => continue,
             Err(WriteError::Api(e)) => return Err(e),
         }
     }
     Err(stale(&req.rt, req.name()))
+}
+
+/// The `Status` a DELETE answers with when the object is gone.
+fn deleted_status(rt: &ResourceType, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": meta::name(obj), "group": rt.group, "kind": rt.plural, "uid": meta::uid(obj)},
+    })
 }
 
 /// Delete an object: mark it deleting while finalizers remain, remove it otherwise.

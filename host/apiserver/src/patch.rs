@@ -454,10 +454,44 @@ fn smp_set_list(orig: Option<&[Value]>, items: &[Value], path: &str) -> Result<V
             None => new.push(e),
         }
     }
-    let mut out: Vec<Value> = if replace { Vec::new() } else { orig.unwrap_or_default().to_vec() };
+    if replace {
+        let mut out: Vec<Value> = Vec::new();
+        for e in new {
+            if !out.iter().any(|o| json_equal(o, e)) {
+                out.push(e.clone());
+            }
+        }
+        return Ok(out);
+    }
+    let server = orig.unwrap_or_default();
+    // kube-apiserver's order (strategicpatch's normalizeElementOrder): the patch's items in patch
+    // order, the server's other items in server order, interleaved where both are on the server;
+    // a patch item the server does not have goes before the server item it is compared with.
+    let mut patch_items: Vec<&Value> = Vec::new();
     for e in new {
-        if !out.iter().any(|o| json_equal(o, e)) {
-            out.push(e.clone());
+        if !patch_items.iter().any(|o| json_equal(o, e)) {
+            patch_items.push(e);
+        }
+    }
+    let server_only: Vec<&Value> = server.iter().filter(|o| !patch_items.iter().any(|p| json_equal(p, o))).collect();
+    let position = |v: &Value| server.iter().position(|o| json_equal(o, v));
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::with_capacity(patch_items.len() + server_only.len());
+    while i < patch_items.len() || j < server_only.len() {
+        let take_patch = match (patch_items.get(i), server_only.get(j)) {
+            (Some(p), Some(s)) => match (position(p), position(s)) {
+                (Some(pi), Some(si)) => pi < si,
+                _ => true,
+            },
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if take_patch {
+            out.push(patch_items[i].clone());
+            i += 1;
+        } else {
+            out.push(server_only[j].clone());
+            j += 1;
         }
     }
     Ok(out)
@@ -722,7 +756,8 @@ mod tests {
     fn smp_sets_and_atomic() {
         let out = smp(json!({"spec": {"tags": ["a", "b"], "args": ["1", "2"], "selector": {"x": "1"}}}),
                       json!({"spec": {"tags": ["c", "a"], "args": ["3"], "selector": {"y": "2"}}})).unwrap();
-        assert_eq!(out, json!({"spec": {"tags": ["a", "b", "c"], "args": ["3"], "selector": {"y": "2"}}}));
+        // Like kube-apiserver: the patch's items in its order, then the items only the object had.
+        assert_eq!(out, json!({"spec": {"tags": ["c", "a", "b"], "args": ["3"], "selector": {"y": "2"}}}));
         // Unknown lists (shape Any) are atomic.
         let out = smp(json!({"other": [1, 2]}), json!({"other": [3]})).unwrap();
         assert_eq!(out, json!({"other": [3]}));
@@ -748,7 +783,8 @@ mod tests {
     fn smp_delete_from_primitive_list_and_order() {
         let t = json!({"spec": {"tags": ["a", "b", "c"], "containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
         let out = smp(t.clone(), json!({"spec": {"$deleteFromPrimitiveList/tags": ["b", "zz"], "tags": ["d"]}})).unwrap();
-        assert_eq!(out, json!({"spec": {"tags": ["a", "c", "d"], "containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}}));
+        // As kube-apiserver orders a merged primitive list: a new item first.
+        assert_eq!(out, json!({"spec": {"tags": ["d", "a", "c"], "containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}}));
 
         let out = smp(t.clone(), json!({"spec": {
             "$setElementOrder/containers": [{"name": "d"}, {"name": "c"}, {"name": "unknown"}, {"name": "a"}, 7],
@@ -759,6 +795,17 @@ mod tests {
         assert_eq!(out["spec"]["containers"], json!([{"name": "d"}, {"name": "b"}, {"name": "c"}, {"name": "a"}]));
         assert_eq!(out["spec"]["tags"], json!(["c", "b", "a"]));
         assert!(!out.to_string().contains('$'));
+    }
+
+    #[test]
+    fn smp_primitive_lists_merge_in_kube_apiserver_order() {
+        let t = json!({"metadata": {"finalizers": ["a", "b", "c"]}});
+        let merged = |p: Value| smp(t.clone(), json!({"metadata": {"finalizers": p}})).unwrap()["metadata"]["finalizers"].clone();
+        assert_eq!(merged(json!(["x"])), json!(["x", "a", "b", "c"]));
+        assert_eq!(merged(json!(["b", "d"])), json!(["a", "b", "d", "c"]));
+        assert_eq!(merged(json!(["c", "a"])), json!(["b", "c", "a"]));
+        assert_eq!(merged(json!(["a", "a"])), json!(["a", "b", "c"]));
+        assert_eq!(smp(json!({}), json!({"metadata": {"finalizers": ["x", "y"]}})).unwrap()["metadata"]["finalizers"], json!(["x", "y"]));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use hyper::http::request::Parts;
 use hyper::{Method, Response};
 
+use crate::audit::AuditEntry;
 use crate::objects::{self, Request};
 use crate::server::{error_response, json_response, Body};
 use crate::state::State;
@@ -90,8 +91,23 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
             return error_response(&ApiError::not_found_path(&path));
         }
     }
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let mut entry = AuditEntry {
+        user: parts.headers.get("impersonate-user").and_then(|v| v.to_str().ok()).unwrap_or("admin").to_string(),
+        verb: crate::audit::verb(&parts.method, name.is_some(), watch).to_string(),
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: sub.clone(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        code: 0,
+    };
+    let audit = state.clone();
     let req = Request { state, rt, namespace, name, sub, query, headers: parts.headers, body };
-    objects::dispatch(parts.method, req).await
+    let response = objects::dispatch(parts.method, req).await;
+    entry.code = response.status().as_u16();
+    audit.audit.record(entry);
+    response
 }
 
 fn text_ok() -> Response<Body> {

@@ -35,6 +35,8 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// Watch events kept for resuming watches; older resourceVersions get `410 Gone`.
     pub watch_history: usize,
+    /// How long an event stays resumable (kube-apiserver: etcd's 5-minute compaction).
+    pub watch_window: Duration,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,
 }
@@ -45,6 +47,7 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             watch_history: 10_000,
+            watch_window: crate::store::DEFAULT_HISTORY_AGE,
             bookmark_interval: Duration::from_secs(30),
         }
     }
@@ -82,6 +85,11 @@ impl ApiServer {
         let task = tokio::spawn(accept_loop(listener, tls, state.clone(), stop_rx));
         tracing::info!(%url, "embedded API server listening");
         Ok(ApiServer { kubeconfig: kubeconfig(&url, &creds), url, addr, token: creds.token, ca_pem: creds.ca_pem, state, stop, task })
+    }
+
+    /// Every resource request so far, oldest first (see [`crate::audit`]).
+    pub fn audit_log(&self) -> Vec<crate::audit::AuditEntry> {
+        self.state.audit.entries()
     }
 
     /// Write the kubeconfig to a file (mode 0600).

@@ -30,13 +30,14 @@ pub struct State {
     token: String,
     self_addr: Mutex<Option<SocketAddr>>,
     continues: Mutex<HashMap<String, Continuation>>,
+    pub audit: crate::audit::AuditLog,
 }
 
 impl State {
     pub fn new(config: &Config, token: String) -> anyhow::Result<Arc<State>> {
         let store = match &config.data_dir {
-            Some(dir) => Store::open(dir, config.watch_history)?,
-            None => Store::in_memory(config.watch_history),
+            Some(dir) => Store::open(dir, config.watch_history)?.with_history_age(config.watch_window),
+            None => Store::in_memory(config.watch_history).with_history_age(config.watch_window),
         };
         let mut registry = Registry::with_builtins();
         // Serve the resources of stored CRDs before any request arrives.
@@ -56,6 +57,7 @@ impl State {
             token,
             self_addr: Mutex::new(None),
             continues: Mutex::new(HashMap::new()),
+            audit: Default::default(),
         });
         crate::objects::ensure_default_namespaces(&state);
         Ok(state)

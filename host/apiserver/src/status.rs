@@ -79,9 +79,14 @@ impl ApiError {
         let msgs: Vec<String> = causes.iter().map(|(_, _, m)| m.clone()).collect();
         let summary = if msgs.len() == 1 { msgs[0].clone() } else { format!("[{}]", msgs.join(", ")) };
         let message = format!("{kind_group} \"{name}\" is invalid: {summary}");
+        // The summary says "field: problem"; a cause carries the two apart (clients such as
+        // kubectl join them again), so its message must not repeat the field.
         let causes: Vec<Value> = causes
             .into_iter()
-            .map(|(field, reason, message)| json!({"reason": reason, "message": message, "field": field}))
+            .map(|(field, reason, message)| {
+                let message = message.strip_prefix(&format!("{field}: ")).map(String::from).unwrap_or(message);
+                json!({"reason": reason, "message": message, "field": field})
+            })
             .collect();
         let mut e = Self::new(422, "Invalid", message);
         let (group, kind) = match kind_group.split_once('.') {

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redb::{ReadableDatabase, ReadableTable};
 use serde_json::Value;
@@ -60,8 +61,11 @@ struct Inner {
     rv: u64,
     objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
     uids: HashMap<String, (StorageKey, String, String)>,
-    history: VecDeque<Arc<Event>>,
+    /// Recent events with when they happened, for watches that resume.
+    history: VecDeque<(Instant, Arc<Event>)>,
     history_cap: usize,
+    /// Events older than this are compacted, as kube-apiserver's etcd compacts revisions.
+    history_age: Duration,
     /// Events at or below this resourceVersion are no longer in the history.
     compacted: u64,
 }
@@ -82,7 +86,29 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
 }
 
+/// How long an event stays resumable by default: kube-apiserver compacts etcd every 5 minutes.
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(300);
+
+impl Inner {
+    /// Drop events beyond the cap or older than the age; a watch from before them gets `410 Gone`.
+    fn compact(&mut self) {
+        while let Some((at, e)) = self.history.front() {
+            if self.history.len() <= self.history_cap && at.elapsed() <= self.history_age {
+                break;
+            }
+            self.compacted = e.rv;
+            self.history.pop_front();
+        }
+    }
+}
+
 impl Store {
+    /// Keep events resumable for at most `age` (default [`DEFAULT_HISTORY_AGE`]).
+    pub fn with_history_age(self, age: Duration) -> Self {
+        self.inner.lock().unwrap().history_age = age;
+        self
+    }
+
     /// An in-memory store keeping `history_cap` events for watches that resume.
     pub fn in_memory(history_cap: usize) -> Self {
         let (tx, _) = broadcast::channel(16 * 1024);
@@ -93,6 +119,7 @@ impl Store {
                 uids: HashMap::new(),
                 history: VecDeque::new(),
                 history_cap: history_cap.max(1),
+                history_age: DEFAULT_HISTORY_AGE,
                 compacted: 1,
             }),
             tx,
@@ -177,6 +204,24 @@ impl Store {
         expect: Expect,
         new: Option<Value>,
     ) -> Result<Arc<Value>, CommitError> {
+        self.write(key, ns, name, expect, new, None)
+    }
+
+    /// Delete the object, recording `last` (e.g. the update that removed its last
+    /// finalizer) as its final state: what the DELETED event carries and what is returned.
+    pub fn commit_delete_as(&self, key: &StorageKey, ns: &str, name: &str, expect: Expect, last: Value) -> Result<Arc<Value>, CommitError> {
+        self.write(key, ns, name, expect, None, Some(last))
+    }
+
+    fn write(
+        &self,
+        key: &StorageKey,
+        ns: &str,
+        name: &str,
+        expect: Expect,
+        new: Option<Value>,
+        final_state: Option<Value>,
+    ) -> Result<Arc<Value>, CommitError> {
         let mut inner = self.inner.lock().unwrap();
         let okey = (ns.to_string(), name.to_string());
         let current = inner.objects.get(key).and_then(|m| m.get(&okey)).cloned();
@@ -204,7 +249,7 @@ impl Store {
                 }
                 let uid = meta_str(&cur, "uid").to_string();
                 inner.uids.remove(&uid);
-                let mut last = (*cur).clone();
+                let mut last = final_state.unwrap_or_else(|| (*cur).clone());
                 last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
                 (EventType::Deleted, Arc::new(last))
             }
@@ -217,12 +262,8 @@ impl Store {
             old: current,
             rv,
         });
-        inner.history.push_back(event.clone());
-        while inner.history.len() > inner.history_cap {
-            if let Some(e) = inner.history.pop_front() {
-                inner.compacted = e.rv;
-            }
-        }
+        inner.history.push_back((Instant::now(), event.clone()));
+        inner.compact();
         if let Some(p) = &self.persist {
             let value = (etype != EventType::Deleted).then(|| serde_json::to_vec(&*stored).unwrap_or_default());
             p.send(PersistOp { key: object_path(key, ns, name), value, rv });
@@ -235,11 +276,12 @@ impl Store {
     /// Start a watch of every event after `from`: the events still in the history,
     /// and a receiver for those that follow. `Err` when `from` is older than the history.
     pub fn watch_from(&self, from: u64) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), u64> {
-        let inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock().unwrap();
+        inner.compact();
         if from < inner.compacted {
             return Err(inner.compacted);
         }
-        let past = inner.history.iter().filter(|e| e.rv > from).cloned().collect();
+        let past = inner.history.iter().filter(|(_, e)| e.rv > from).map(|(_, e)| e.clone()).collect();
         Ok((past, self.tx.subscribe()))
     }
 
