@@ -588,3 +588,30 @@ async fn crds_serve_at_once_and_their_deletion_removes_objects() -> anyhow::Resu
     assert_eq!(api_error(err).code, 404, "resource no longer served");
     Ok(())
 }
+
+/// The embedded server records who asked for what, in RBAC's terms: the RBAC and
+/// Secret checks of the suites read this log. (Embedded server only: a real cluster's
+/// audit log is its operator's.)
+#[tokio::test]
+async fn requests_are_audited_with_the_impersonated_user_and_rbac_verb() -> anyhow::Result<()> {
+    if TestEnv::external() {
+        eprintln!("skipped: the audit log is the embedded server's");
+        return Ok(());
+    }
+    let env = TestEnv::start("audit").await?;
+    let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    cfg.auth_info.impersonate = Some("system:serviceaccount:banlieue-system:banlieue-controller".into());
+    let as_sa = kube::Client::try_from(cfg)?;
+    let cms: Api<ConfigMap> = Api::namespaced(as_sa, &env.ns);
+    assert!(cms.get_opt("absent").await?.is_none());
+    cms.list(&ListParams::default()).await?;
+
+    let log = env.embedded().expect("embedded server").audit_log();
+    let mine: Vec<_> = log.iter().filter(|e| e.user == "system:serviceaccount:banlieue-system:banlieue-controller").collect();
+    let seen: Vec<(&str, Option<&str>, u16)> = mine.iter().map(|e| (e.verb.as_str(), e.name.as_deref(), e.code)).collect();
+    assert_eq!(seen, vec![("get", Some("absent"), 404), ("list", None, 200)], "{mine:#?}");
+    assert!(mine.iter().all(|e| e.group.is_empty() && e.resource == "configmaps" && e.namespace.as_deref() == Some(env.ns.as_str())));
+    assert!(log.iter().any(|e| e.user == "admin" && e.verb == "create" && e.resource == "namespaces"), "the test's own requests are admin's");
+    Ok(())
+}
