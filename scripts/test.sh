@@ -16,4 +16,5 @@ guests/build.sh
 # One build of everything, then the tests (suites start the servers they need).
 cargo build --workspace --all-targets --locked
 cargo run -q -p banlieue --locked -- crdgen --check
+cargo run -q -p banlieue --locked -- rbacgen --check
 cargo test --workspace --locked --no-fail-fast

@@ -593,24 +593,57 @@ async fn crds_serve_at_once_and_their_deletion_removes_objects() -> anyhow::Resu
 /// Secret checks of the suites read this log. (Embedded server only: a real cluster's
 /// audit log is its operator's.)
 #[tokio::test]
-async fn requests_are_audited_with_the_impersonated_user_and_rbac_verb() -> anyhow::Result<()> {
+async fn requests_are_authorized_by_rbac_and_audited_with_the_impersonated_user() -> anyhow::Result<()> {
     if TestEnv::external() {
         eprintln!("skipped: the audit log is the embedded server's");
         return Ok(());
     }
     let env = TestEnv::start("audit").await?;
+    const SA: &str = "system:serviceaccount:banlieue-system:banlieue-controller";
     let kc = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    cfg.auth_info.impersonate = Some("system:serviceaccount:banlieue-system:banlieue-controller".into());
+    cfg.auth_info.impersonate = Some(SA.into());
     let as_sa = kube::Client::try_from(cfg)?;
-    let cms: Api<ConfigMap> = Api::namespaced(as_sa, &env.ns);
+    let cms: Api<ConfigMap> = Api::namespaced(as_sa.clone(), &env.ns);
+
+    // Nothing granted: kube-apiserver's 403, in its words.
+    let denied = cms.get_opt("absent").await.expect_err("no rule grants it");
+    let kube::Error::Api(status) = denied else { panic!("{denied:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        format!("configmaps \"absent\" is forbidden: User \"{SA}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"{}\"", env.ns)
+    );
+    let review = |verb: &str, ns: &str| {
+        serde_json::from_value::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(json!({
+            "spec": {"resourceAttributes": {"verb": verb, "resource": "configmaps", "namespace": ns}}}))
+    };
+    let reviews: Api<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview> = Api::all(as_sa.clone());
+    let allowed = |r: k8s_openapi::api::authorization::v1::SelfSubjectAccessReview| r.status.is_some_and(|s| s.allowed);
+    assert!(!allowed(reviews.create(&PostParams::default(), &review("get", &env.ns)?).await?));
+
+    // A Role and a RoleBinding in the namespace grant get and list there, and nothing else.
+    for object in [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "read-cm", "namespace": env.ns},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "read-cm", "namespace": env.ns},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-cm"},
+               "subjects": [{"kind": "ServiceAccount", "name": "banlieue-controller", "namespace": "banlieue-system"}]}),
+    ] {
+        banlieue_tests::control::apply(&env.client, object).await?;
+    }
     assert!(cms.get_opt("absent").await?.is_none());
     cms.list(&ListParams::default()).await?;
+    assert!(allowed(reviews.create(&PostParams::default(), &review("list", &env.ns)?).await?));
+    assert!(!allowed(reviews.create(&PostParams::default(), &review("delete", &env.ns)?).await?));
+    assert!(!allowed(reviews.create(&PostParams::default(), &review("get", "default")?).await?), "a RoleBinding grants in its namespace only");
+    let create = cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x"}}))?).await;
+    assert!(matches!(create, Err(kube::Error::Api(ref s)) if s.code == 403), "{create:?}");
 
     let log = env.embedded().expect("embedded server").audit_log();
-    let mine: Vec<_> = log.iter().filter(|e| e.user == "system:serviceaccount:banlieue-system:banlieue-controller").collect();
+    let mine: Vec<_> = log.iter().filter(|e| e.user == SA).collect();
     let seen: Vec<(&str, Option<&str>, u16)> = mine.iter().map(|e| (e.verb.as_str(), e.name.as_deref(), e.code)).collect();
-    assert_eq!(seen, vec![("get", Some("absent"), 404), ("list", None, 200)], "{mine:#?}");
+    assert_eq!(seen, vec![("get", Some("absent"), 403), ("get", Some("absent"), 404), ("list", None, 200), ("create", None, 403)], "{mine:#?}");
     assert!(mine.iter().all(|e| e.group.is_empty() && e.resource == "configmaps" && e.namespace.as_deref() == Some(env.ns.as_str())));
     assert!(log.iter().any(|e| e.user == "admin" && e.verb == "create" && e.resource == "namespaces"), "the test's own requests are admin's");
     Ok(())

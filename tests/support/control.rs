@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use banlieue_controller::{Context, Options, Roles};
+use banlieue_controller::{Context, Options, Role, Roles};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::wait::{await_condition, Condition};
@@ -23,10 +23,14 @@ pub fn guests_dist() -> PathBuf {
     repo_root().join("guests/dist")
 }
 
-/// A running set of roles; dropped or [`stop`](Self::stop)ped like a killed process.
+/// A running set of roles; dropped or [`kill`](Self::kill)ed like a killed process.
 pub struct ControlPlane {
+    /// The context of the process running the provider role (whose libvirt
+    /// connections hold the `test:///` drivers' state).
     pub ctx: Arc<Context>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// Every process's context, by role, when each role runs as its own process.
+    pub roles: Vec<(Role, Arc<Context>)>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl ControlPlane {
@@ -37,30 +41,62 @@ impl ControlPlane {
 
     /// Start every role with options adjusted by `adjust`.
     pub fn start_with(env: &TestEnv, adjust: impl FnOnce(&mut Options)) -> anyhow::Result<ControlPlane> {
-        let dist = guests_dist();
-        anyhow::ensure!(dist.join("provider-libvirt.wasm").exists(), "{} has no provider-libvirt.wasm: run guests/build.sh", dist.display());
-        let mut options = Options {
-            builtin_dir: dist,
-            cache_dir: Some(env.dir().join("component-cache")),
-            leader_election: false,
-            namespace: TestEnv::external().then(|| env.ns.clone()),
-            ..Options::default()
-        };
+        let mut options = test_options(env)?;
         adjust(&mut options);
         let ctx = Context::new(env.client.clone(), options)?;
         let task = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
-        Ok(ControlPlane { ctx, task })
+        Ok(ControlPlane { ctx, roles: vec![], tasks: vec![task] })
+    }
+
+    /// Start each role as its own "process", authenticated as the role's ServiceAccount
+    /// (the client impersonates `system:serviceaccount:banlieue-system:banlieue-<role>`),
+    /// with leader election on, as the Deployments in `deploy/` run them.
+    pub async fn start_as_service_accounts(env: &TestEnv) -> anyhow::Result<ControlPlane> {
+        Self::start_as_service_accounts_with(env, |_, _| {}).await
+    }
+
+    /// The same, with each role's options adjusted by `adjust`.
+    pub async fn start_as_service_accounts_with(env: &TestEnv, adjust: impl Fn(Role, &mut Options)) -> anyhow::Result<ControlPlane> {
+        let mut roles = Vec::new();
+        let mut tasks = Vec::new();
+        for role in Role::ALL {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&env.kubeconfig)?;
+            let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+            config.auth_info.impersonate = Some(role.user());
+            let mut options = Options { leader_election: true, ..test_options(env)? };
+            adjust(role, &mut options);
+            let ctx = Context::new(kube::Client::try_from(config)?, options)?;
+            let only = Roles { controller: role == Role::Controller, provider: role == Role::Provider, operator: role == Role::Operator };
+            tasks.push(tokio::spawn(banlieue_controller::run(ctx.clone(), only, std::future::pending())));
+            roles.push((role, ctx));
+        }
+        let ctx = roles.iter().find(|(r, _)| *r == Role::Provider).map(|(_, c)| c.clone()).context("provider role")?;
+        Ok(ControlPlane { ctx, roles, tasks })
     }
 
     /// Stop at once, wherever the roles are (as if the process were killed).
     pub fn kill(self) {
-        self.task.abort();
+        self.tasks.iter().for_each(|t| t.abort());
     }
+}
+
+/// Options for roles in tests: built-in components from `guests/dist`, a cache in the
+/// test's directory, no leader election, the test's namespace on an external cluster.
+fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
+    let dist = guests_dist();
+    anyhow::ensure!(dist.join("provider-libvirt.wasm").exists(), "{} has no provider-libvirt.wasm: run guests/build.sh", dist.display());
+    Ok(Options {
+        builtin_dir: dist,
+        cache_dir: Some(env.dir().join("component-cache")),
+        leader_election: false,
+        namespace: TestEnv::external().then(|| env.ns.clone()),
+        ..Options::default()
+    })
 }
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        self.task.abort();
+        self.tasks.iter().for_each(|t| t.abort());
     }
 }
 

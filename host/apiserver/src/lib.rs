@@ -7,6 +7,7 @@
 //! token. Production runs on a real cluster; nothing in banlieue depends on this.
 
 pub mod audit;
+mod authz;
 mod builtins;
 mod discovery;
 mod gc;

@@ -18,6 +18,11 @@ pub enum Builtin {
     EventsV1,
     Lease,
     Crd,
+    /// ClusterRole, ClusterRoleBinding, Role, RoleBinding: stored, and read by the authorizer.
+    Rbac,
+    /// ServiceAccount, Service, Deployment, PodDisruptionBudget: stored and validated so
+    /// manifests can be applied and dry-run; nothing here runs them.
+    Stored,
 }
 
 /// One additional printer column.
@@ -200,6 +205,26 @@ fn object_schema(description: &str, props: Value) -> Value {
     json!({"type": "object", "description": description, "properties": p})
 }
 
+/// The OpenAPI schema of a Kubernetes type, from k8s-openapi, inlined; `metadata` is
+/// left to the server's own ObjectMeta handling as for every other type.
+fn typed<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(o) = schema.as_object_mut() {
+        o.remove("components");
+        o.remove("definitions");
+        o.remove("$defs");
+        o.remove("required");
+    }
+    schema["properties"]["metadata"] = json!({"type": "object", "description": "Standard object's metadata."});
+    schema
+}
+
 struct Def {
     group: &'static str,
     version: &'static str,
@@ -293,6 +318,54 @@ fn builtin_types() -> Vec<ResourceType> {
                     "strategy": s(), "preferredHolder": s()}}})),
             columns: vec![("Holder", "string", ".spec.holderIdentity", 0)],
             selectable: &[],
+        },
+        Def {
+            group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true,
+            short: &["sa"], status: false, builtin: Builtin::Stored,
+            schema: typed::<k8s_openapi::api::core::v1::ServiceAccount>(), columns: vec![], selectable: &[],
+        },
+        Def {
+            group: "", version: "v1", kind: "Service", plural: "services", namespaced: true,
+            short: &["svc"], status: true, builtin: Builtin::Stored,
+            schema: typed::<k8s_openapi::api::core::v1::Service>(),
+            columns: vec![("Type", "string", ".spec.type", 0), ("Cluster-IP", "string", ".spec.clusterIP", 0)],
+            selectable: &[],
+        },
+        Def {
+            group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true,
+            short: &["deploy"], status: true, builtin: Builtin::Stored,
+            schema: typed::<k8s_openapi::api::apps::v1::Deployment>(),
+            columns: vec![("Ready", "integer", ".status.readyReplicas", 0), ("Up-To-Date", "integer", ".status.updatedReplicas", 0)],
+            selectable: &[],
+        },
+        Def {
+            group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true,
+            short: &["pdb"], status: true, builtin: Builtin::Stored,
+            schema: typed::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(),
+            columns: vec![("Min Available", "string", ".spec.minAvailable", 0), ("Max Unavailable", "string", ".spec.maxUnavailable", 0)],
+            selectable: &[],
+        },
+        Def {
+            group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false,
+            short: &[], status: false, builtin: Builtin::Rbac,
+            schema: typed::<k8s_openapi::api::rbac::v1::ClusterRole>(), columns: vec![], selectable: &[],
+        },
+        Def {
+            group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false,
+            short: &[], status: false, builtin: Builtin::Rbac,
+            schema: typed::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(),
+            columns: vec![("Role", "string", ".roleRef.name", 0)], selectable: &[],
+        },
+        Def {
+            group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true,
+            short: &[], status: false, builtin: Builtin::Rbac,
+            schema: typed::<k8s_openapi::api::rbac::v1::Role>(), columns: vec![], selectable: &[],
+        },
+        Def {
+            group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true,
+            short: &[], status: false, builtin: Builtin::Rbac,
+            schema: typed::<k8s_openapi::api::rbac::v1::RoleBinding>(),
+            columns: vec![("Role", "string", ".roleRef.name", 0)], selectable: &[],
         },
         Def {
             group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition",

@@ -8,6 +8,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response};
 
 use crate::audit::AuditEntry;
+use crate::authz::{Attributes, User};
 use crate::objects::{self, Request};
 use crate::server::{error_response, json_response, Body};
 use crate::state::State;
@@ -53,6 +54,13 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
                 None => error_response(&ApiError::not_found_path(&path)),
             }
         }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] if parts.method == Method::POST => {
+            let user = User::of(&parts.headers);
+            return match serde_json::from_slice::<serde_json::Value>(&body) {
+                Ok(review) => json_response(201, &crate::authz::self_subject_access_review(&state, &user, &review), &[]),
+                Err(e) => error_response(&ApiError::bad_request(format!("decoding SelfSubjectAccessReview: {e}"))),
+            };
+        }
         _ => {}
     }
 
@@ -92,9 +100,31 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         }
     }
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let user = User::of(&parts.headers);
+    let verb = crate::audit::verb(&parts.method, name.is_some(), watch);
+    let attrs = Attributes {
+        verb,
+        group: &rt.group,
+        resource: &rt.plural,
+        subresource: sub.as_deref(),
+        namespace: namespace.as_deref(),
+        name: name.as_deref(),
+    };
+    let mut denied = (!crate::authz::allowed(&state, &user, &attrs)).then(|| crate::authz::forbidden(&user, &attrs));
+    // An apply that creates the object is authorized as `create` too (as kube-apiserver
+    // does), and audited as both.
+    let is_apply = parts.headers.get(hyper::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
+    let apply_creates = parts.method == Method::PATCH
+        && is_apply
+        && sub.is_none()
+        && name.as_deref().is_some_and(|n| state.store.get(&rt.storage_key(), namespace.as_deref().unwrap_or_default(), n).is_none());
+    if denied.is_none() && apply_creates {
+        let create = Attributes { verb: "create", ..attrs.clone() };
+        denied = (!crate::authz::allowed(&state, &user, &create)).then(|| crate::authz::forbidden(&user, &create));
+    }
     let mut entry = AuditEntry {
-        user: parts.headers.get("impersonate-user").and_then(|v| v.to_str().ok()).unwrap_or("admin").to_string(),
-        verb: crate::audit::verb(&parts.method, name.is_some(), watch).to_string(),
+        user: user.name,
+        verb: verb.to_string(),
         group: rt.group.clone(),
         resource: rt.plural.clone(),
         subresource: sub.clone(),
@@ -103,9 +133,14 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         code: 0,
     };
     let audit = state.clone();
-    let req = Request { state, rt, namespace, name, sub, query, headers: parts.headers, body };
-    let response = objects::dispatch(parts.method, req).await;
+    let response = match denied {
+        Some(e) => error_response(&e),
+        None => objects::dispatch(parts.method, Request { state, rt, namespace, name, sub, query, headers: parts.headers, body }).await,
+    };
     entry.code = response.status().as_u16();
+    if apply_creates {
+        audit.audit.record(AuditEntry { verb: "create".into(), ..entry.clone() });
+    }
     audit.audit.record(entry);
     response
 }

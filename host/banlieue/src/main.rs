@@ -3,6 +3,7 @@
 mod component;
 mod crds;
 mod dev;
+mod rbac;
 mod roles;
 
 use std::path::PathBuf;
@@ -41,6 +42,15 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Write the RBAC objects each role needs (ServiceAccounts, ClusterRoles, Roles, bindings), or check the file.
+    Rbacgen {
+        /// Target file.
+        #[arg(long, default_value = "deploy/base/rbac.yaml")]
+        out: PathBuf,
+        /// Fail instead of writing when the file differs from what the code declares.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[tokio::main]
@@ -58,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Provider(args) => roles::run(args, Roles { provider: true, ..Roles::default() }).await,
         Command::Operator(args) => roles::run(args, Roles { operator: true, ..Roles::default() }).await,
         Command::Crdgen { out, check } => crds::crdgen(&out, check),
+        Command::Rbacgen { out, check } => rbac::rbacgen(&out, check),
         Command::Component(cmd) => component::run(cmd).await,
     }
 }

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod machine;
 pub mod metrics;
 pub mod operator;
+pub mod permissions;
 pub mod provider;
 pub mod scheduling;
 pub mod status;
@@ -34,7 +35,8 @@ use banlieue_runtime::{CallError, Runtime, RuntimeConfig};
 use k8s_openapi::api::core::v1::ObjectReference;
 
 pub use components::Components;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, Readiness};
+pub use permissions::Role;
 
 /// Field manager of everything banlieue applies.
 pub const FIELD_MANAGER: &str = "banlieue.io/controller";
@@ -51,7 +53,19 @@ pub struct Roles {
 
 impl Roles {
     pub const ALL: Roles = Roles { controller: true, provider: true, operator: true };
+
+    /// The roles switched on, in start order.
+    pub fn enabled(self) -> Vec<Role> {
+        [(Role::Operator, self.operator), (Role::Provider, self.provider), (Role::Controller, self.controller)]
+            .into_iter()
+            .filter_map(|(role, on)| on.then_some(role))
+            .collect()
+    }
 }
+
+/// How often a role whose permissions are incomplete asks again (RBAC fixed later
+/// makes it ready without a restart).
+const PERMISSION_RECHECK: Duration = Duration::from_secs(30);
 
 /// Settings shared by every role.
 #[derive(Clone, Debug)]
@@ -115,6 +129,8 @@ pub struct Context {
     pub components: Components,
     pub libvirt: banlieue_libvirt::Connections,
     pub metrics: Arc<Metrics>,
+    /// What `/readyz` answers.
+    pub readiness: Arc<Readiness>,
     pub options: Options,
     backoff: Mutex<HashMap<String, u32>>,
     grants: grants::Cache,
@@ -135,6 +151,7 @@ impl Context {
             components,
             libvirt: banlieue_libvirt::Connections::new(),
             metrics: Arc::new(Metrics::default()),
+            readiness: Arc::default(),
             options,
             backoff: Mutex::default(),
             grants: grants::Cache::default(),
@@ -256,26 +273,23 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
         }
     };
     if let Some(addr) = ctx.options.metrics_addr {
-        let metrics = ctx.metrics.clone();
+        let (metrics, readiness) = (ctx.metrics.clone(), ctx.readiness.clone());
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, metrics).await {
+            if let Err(e) = metrics::serve(addr, metrics, readiness).await {
                 tracing::error!(error = %e, "metrics endpoint");
             }
         });
     }
     let mut tasks = tokio::task::JoinSet::new();
-    let wanted: [(&str, bool); 3] = [("operator", roles.operator), ("provider", roles.provider), ("controller", roles.controller)];
-    for (role, on) in wanted {
-        if !on {
-            continue;
-        }
+    for role in roles.enabled() {
+        ctx.readiness.checking(role);
+        tokio::spawn(check_permissions(ctx.clone(), role, stopped()));
         let ctx = ctx.clone();
         let stopped = stopped.clone();
         tasks.spawn(async move {
             let mut leadership = None;
             if ctx.options.leader_election {
-                let lease = format!("banlieue-{role}");
-                leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &lease, &ctx.options.identity).await);
+                leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &role.lease(), &ctx.options.identity).await);
             }
             let lost = async {
                 match &mut leadership {
@@ -285,11 +299,12 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             };
             let work = async {
                 match role {
-                    "operator" => operator::run(ctx.clone(), stopped()).await,
-                    "provider" => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
-                    _ => vm::run(ctx.clone(), stopped()).await,
+                    Role::Operator => operator::run(ctx.clone(), stopped()).await,
+                    Role::Provider => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
+                    Role::Controller => vm::run(ctx.clone(), stopped()).await,
                 }
             };
+            let role = role.name();
             tokio::select! {
                 r = work => r.map_err(|e| anyhow::anyhow!("role {role}: {e}")),
                 _ = lost => Err(anyhow::anyhow!("role {role} lost its lease")),
@@ -300,6 +315,41 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
         done??;
     }
     Ok(())
+}
+
+/// Ask the API server which of `role`'s permissions this process lacks, log each one,
+/// and keep `/readyz` failing until none is missing. The role runs meanwhile: what it
+/// may do still works, and each denied call is logged by the API client.
+async fn check_permissions(ctx: Arc<Context>, role: Role, stopped: impl Future<Output = ()>) {
+    let check = async {
+        loop {
+            match permissions::missing(&ctx.client, role).await {
+                Ok(missing) if missing.is_empty() => {
+                    ctx.readiness.checked(role, missing);
+                    tracing::info!(role = role.name(), "every permission the role needs is granted");
+                    return;
+                }
+                Ok(missing) => {
+                    for m in &missing {
+                        tracing::error!(role = role.name(), user = %role.user(), "missing permission: {m} (see deploy/rbac.yaml)");
+                    }
+                    ctx.readiness.checked(role, missing);
+                }
+                Err(e) => {
+                    // Reviews need no permission on a real cluster; if they fail, the API
+                    // server is unreachable or does not offer them: don't hold readiness on it.
+                    tracing::warn!(role = role.name(), error = %e, "cannot review the role's permissions");
+                    ctx.readiness.checked(role, Vec::new());
+                    return;
+                }
+            }
+            tokio::time::sleep(PERMISSION_RECHECK).await;
+        }
+    };
+    tokio::select! {
+        _ = check => {}
+        _ = stopped => {}
+    }
 }
 
 /// `namespace/name` of an object, for logs, attributions and backoff keys.

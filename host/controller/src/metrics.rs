@@ -1,5 +1,6 @@
 //! Prometheus metrics: reconciles per controller, component calls per component,
-//! served as text on `/metrics` (and `/healthz`) by [`serve`].
+//! served as text on `/metrics` by [`serve`], with `/healthz` (the process answers) and
+//! `/readyz` (every role has the permissions it needs, see [`Readiness`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::permissions::{Missing, Role};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
@@ -117,20 +120,57 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics` and `/healthz` on `addr` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+/// What `/readyz` reports: per role started in this process, the permissions its
+/// start-up check found missing (`None` until the check has answered).
+#[derive(Default)]
+pub struct Readiness {
+    roles: std::sync::Mutex<std::collections::BTreeMap<&'static str, Option<Vec<Missing>>>>,
+}
+
+impl Readiness {
+    pub fn checking(&self, role: Role) {
+        self.lock().insert(role.name(), None);
+    }
+
+    pub fn checked(&self, role: Role, missing: Vec<Missing>) {
+        self.lock().insert(role.name(), Some(missing));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<&'static str, Option<Vec<Missing>>>> {
+        self.roles.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Ok` when every role is ready, else the lines saying why not.
+    pub fn report(&self) -> Result<(), String> {
+        let mut why = String::new();
+        for (role, state) in self.lock().iter() {
+            match state {
+                None => why.push_str(&format!("{role}: checking permissions\n")),
+                Some(missing) => missing.iter().for_each(|m| why.push_str(&format!("{role}: missing permission: {m}\n"))),
+            }
+        }
+        if why.is_empty() { Ok(()) } else { Err(why) }
+    }
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until the task is dropped.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, readiness: Arc<Readiness>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving metrics");
     loop {
         let (stream, _) = listener.accept().await?;
-        let metrics = metrics.clone();
+        let (metrics, readiness) = (metrics.clone(), readiness.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
+                let (metrics, readiness) = (metrics.clone(), readiness.clone());
                 async move {
                     let (status, body) = match req.uri().path() {
                         "/metrics" => (200, metrics.render()),
                         "/healthz" => (200, "ok\n".to_string()),
+                        "/readyz" => match readiness.report() {
+                            Ok(()) => (200, "ok\n".to_string()),
+                            Err(why) => (503, why),
+                        },
                         _ => (404, "not found\n".to_string()),
                     };
                     let mut resp = hyper::Response::new(Full::new(Bytes::from(body)));

@@ -1,0 +1,158 @@
+//! What each role may do on the API server. `deploy/rbac.yaml` is generated from
+//! these rules (`banlieue rbacgen`), each role checks them at start-up with
+//! SelfSubjectAccessReviews ([`missing`]), and the install suite runs the roles
+//! with nothing more and checks every rule is used — so this list is the one place
+//! a new API call must be declared.
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+
+use crate::SYSTEM_NAMESPACE;
+
+/// One of the control plane's roles (a Deployment and a ServiceAccount each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Controller,
+    Provider,
+    Operator,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Controller, Role::Provider, Role::Operator];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Controller => "controller",
+            Role::Provider => "provider",
+            Role::Operator => "operator",
+        }
+    }
+
+    /// The role's ServiceAccount, its ClusterRole, Role and bindings share this name.
+    pub fn account(self) -> String {
+        format!("banlieue-{}", self.name())
+    }
+
+    /// The name of the Lease the role's replicas elect a leader with.
+    pub fn lease(self) -> String {
+        self.account()
+    }
+
+    /// The user the API server sees for the role's ServiceAccount.
+    pub fn user(self) -> String {
+        format!("system:serviceaccount:{SYSTEM_NAMESPACE}:{}", self.account())
+    }
+}
+
+/// An RBAC rule: `verbs` on `resources` of API group `group` (`""` is core), limited to
+/// objects named `names` when not empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub group: &'static str,
+    pub resources: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    pub names: Vec<String>,
+}
+
+const fn rule(group: &'static str, resources: &'static [&'static str], verbs: &'static [&'static str]) -> Rule {
+    Rule { group, resources, verbs, names: Vec::new() }
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const WATCH: &[&str] = &["list", "watch"];
+const BANLIEUE: &str = "banlieue.io";
+/// Every resource of this group is an infrastructure `<Kind>Machine`, and the kinds come
+/// from ProviderClasses at run time, so rules name the group's resources with `*`.
+const INFRASTRUCTURE: &str = "infrastructure.banlieue.io";
+
+/// The rules a role needs cluster-wide (VMs and Providers live in any namespace).
+pub fn cluster_rules(role: Role) -> Vec<Rule> {
+    let mut rules = match role {
+        Role::Controller => vec![
+            rule(BANLIEUE, &["virtualmachines"], &["list", "watch", "patch"]),
+            rule(BANLIEUE, &["virtualmachines/status"], &["patch"]),
+            // Read from caches; a class's PlacementPolicy is fetched when a VM is placed.
+            rule(BANLIEUE, &["vmclasses", "vmimages", "providers", "providerclasses"], WATCH),
+            rule(BANLIEUE, &["placementpolicies"], READ),
+            // Machines are created by server-side apply, which RBAC authorizes as `create` too.
+            rule(INFRASTRUCTURE, &["*"], &["get", "list", "watch", "create", "patch", "delete"]),
+        ],
+        Role::Provider => vec![
+            rule(BANLIEUE, &["providers"], READ),
+            rule(BANLIEUE, &["providers/status"], &["patch"]),
+            rule(BANLIEUE, &["providerclasses"], READ),
+            rule(INFRASTRUCTURE, &["*"], &["list", "watch", "patch"]),
+        ],
+        Role::Operator => vec![
+            rule(BANLIEUE, &["providerclasses", "placementpolicies"], WATCH),
+            rule(BANLIEUE, &["providerclasses/status", "placementpolicies/status"], &["patch"]),
+            // Installs (server-side apply) the `<Kind>Machine` CRDs of each ProviderClass.
+            rule("apiextensions.k8s.io", &["customresourcedefinitions"], &["create", "patch"]),
+        ],
+    };
+    // Secrets are read one by one, by name, when a banlieue object references them:
+    // user-data, Provider credentials, registry pull secrets. Never listed or watched.
+    rules.push(rule("", &["secrets"], &["get"]));
+    rules.push(rule("", &["events"], &["create"]));
+    rules
+}
+
+/// The rules a role needs in banlieue's own namespace: its Lease, and only its Lease
+/// (`create` cannot be limited by name in RBAC).
+pub fn namespace_rules(role: Role) -> Vec<Rule> {
+    vec![
+        rule("coordination.k8s.io", &["leases"], &["create"]),
+        Rule { names: vec![role.lease()], ..rule("coordination.k8s.io", &["leases"], &["get", "update"]) },
+    ]
+}
+
+/// A permission the API server denied the role, as `verb group/resource` (for logs and `/readyz`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missing(pub String);
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Ask the API server, one SelfSubjectAccessReview per verb and resource, which of the
+/// role's rules this process lacks. An error means the review itself could not be made.
+pub async fn missing(client: &kube::Client, role: Role) -> Result<Vec<Missing>, kube::Error> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let scoped = cluster_rules(role).into_iter().map(|r| (None, r)).chain(namespace_rules(role).into_iter().map(|r| (Some(SYSTEM_NAMESPACE), r)));
+    let mut denied = Vec::new();
+    for (namespace, rule) in scoped {
+        for resource in rule.resources {
+            let (resource, subresource) = match resource.split_once('/') {
+                Some((r, s)) => (r, Some(s.to_string())),
+                None => (*resource, None),
+            };
+            for verb in rule.verbs {
+                let review = SelfSubjectAccessReview {
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(ResourceAttributes {
+                            group: Some(rule.group.into()),
+                            resource: Some(resource.into()),
+                            subresource: subresource.clone(),
+                            verb: Some((*verb).into()),
+                            namespace: namespace.map(String::from),
+                            name: rule.names.first().cloned(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let answer = api.create(&PostParams::default(), &review).await?;
+                if !answer.status.is_some_and(|s| s.allowed) {
+                    let group = if rule.group.is_empty() { String::new() } else { format!(".{}", rule.group) };
+                    let sub = subresource.as_deref().map(|s| format!("/{s}")).unwrap_or_default();
+                    let place = namespace.map(|ns| format!(" in namespace {ns}")).unwrap_or_default();
+                    denied.push(Missing(format!("{verb} {resource}{group}{sub}{place}")));
+                }
+            }
+        }
+    }
+    Ok(denied)
+}

@@ -1,0 +1,300 @@
+//! Installing banlieue on a cluster: the `deploy/` kustomize tree renders, every object
+//! in it passes the API server's schema, and each role, run with nothing but the RBAC
+//! rules `deploy/base/rbac.yaml` grants its ServiceAccount, creates, powers and deletes
+//! a VM — reading no Secret no banlieue object points at.
+//!
+//! These install cluster-wide objects (CRDs, ClusterRoles, the banlieue-system
+//! namespace) and read the embedded server's audit log, so they run on the embedded
+//! server, which enforces RBAC for impersonated users as kube-apiserver does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use banlieue_api::VirtualMachine;
+use banlieue_controller::permissions::Role;
+use banlieue_libvirt::DomainState;
+use banlieue_tests::control::{apply, repo_root, wait_for, ControlPlane};
+use banlieue_tests::{await_deleted, TestEnv};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+fn embedded_only(test: &str) -> bool {
+    if TestEnv::external() {
+        eprintln!("skipped {test}: it installs cluster-wide objects and reads the embedded server's audit log");
+        return true;
+    }
+    false
+}
+
+/// `kubectl kustomize <dir>` as JSON objects.
+async fn render(env: &TestEnv, dir: &str) -> anyhow::Result<Vec<Value>> {
+    let path = repo_root().join(dir);
+    let yaml = env.kubectl(&["kustomize", &path.to_string_lossy()]).await?;
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+#[tokio::test]
+async fn the_deploy_tree_renders_and_every_object_passes_the_server_schema() -> anyhow::Result<()> {
+    if embedded_only("the_deploy_tree_renders_and_every_object_passes_the_server_schema") {
+        return Ok(());
+    }
+    let env = TestEnv::start("install").await?;
+    let objects = render(&env, "deploy").await?;
+    let kinds: BTreeMap<&str, usize> = objects.iter().fold(BTreeMap::new(), |mut m, o| {
+        *m.entry(o["kind"].as_str().unwrap_or_default()).or_default() += 1;
+        m
+    });
+    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 3), ("ClusterRole", 3), ("ClusterRoleBinding", 3), ("Role", 3), ("RoleBinding", 3), ("Deployment", 3), ("PodDisruptionBudget", 3), ("Service", 1)] {
+        assert_eq!(kinds.get(kind), Some(&n), "{kind} in {kinds:?}");
+    }
+
+    // Each role's Deployment: its ServiceAccount, the restricted Pod Security profile,
+    // probes on the metrics port, requests and a memory limit, a tagged image, a PDB.
+    for role in Role::ALL {
+        let name = role.account();
+        let deployment = of_kind(&objects, "Deployment").into_iter().find(|d| d["metadata"]["name"] == name.as_str()).expect("deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], name.as_str());
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let container = &pod["containers"][0];
+        assert_eq!(container["args"][0], role.name());
+        assert_eq!(container["image"], "ghcr.io/banlieue/banlieue:0.1.0");
+        let sc = &container["securityContext"];
+        assert_eq!((sc["allowPrivilegeEscalation"].clone(), sc["readOnlyRootFilesystem"].clone()), (json!(false), json!(true)));
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert!(container["resources"]["requests"]["memory"].is_string() && container["resources"]["limits"]["memory"].is_string());
+        let labels = &deployment["spec"]["selector"]["matchLabels"];
+        assert!(of_kind(&objects, "PodDisruptionBudget").iter().any(|p| &p["spec"]["selector"]["matchLabels"] == labels), "a PDB for {name}");
+    }
+    let overlay = render(&env, "deploy/overlays/local-registry").await?;
+    for d in of_kind(&overlay, "Deployment") {
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "127.0.0.1:5000/banlieue:0.1.0");
+    }
+
+    // Applied as `kubectl apply -k deploy/` would (server-side, strict field validation).
+    let deploy = repo_root().join("deploy");
+    env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-k", &deploy.to_string_lossy()]).await?;
+    let listed = env.kubectl(&["get", "deployments,serviceaccounts,roles,rolebindings,poddisruptionbudgets,services", "-n", "banlieue-system", "-o", "name"]).await?;
+    for role in Role::ALL {
+        for kind in ["deployment.apps", "serviceaccount", "role.rbac.authorization.k8s.io", "poddisruptionbudget.policy"] {
+            assert!(listed.contains(&format!("{kind}/{}", role.account())), "{kind}/{} in {listed}", role.account());
+        }
+    }
+    let overlay_dir = repo_root().join("deploy/overlays/local-registry");
+    env.kubectl(&["apply", "--server-side", "--dry-run=server", "--field-manager=banlieue-install", "-k", &overlay_dir.to_string_lossy()]).await?;
+
+    // The schema is the real one: a misspelt field in a Deployment is refused with its path.
+    let mut typo = of_kind(&objects, "Deployment")[0].clone();
+    typo["spec"]["template"]["spec"]["securityContext"]["runAsNonRot"] = json!(true);
+    let out = env
+        .kubectl_raw(&["apply", "--server-side", "--dry-run=server", "--field-manager=banlieue-install", "-f", "-"], Some(&typo.to_string()), &[])
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("runAsNonRot"), "{stderr}");
+    Ok(())
+}
+
+/// Every `(verb, group, resource[/subresource])` the rules grant.
+fn granted(rules: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules.as_array().into_iter().flatten() {
+        for group in rule["apiGroups"].as_array().into_iter().flatten() {
+            for resource in rule["resources"].as_array().into_iter().flatten() {
+                for verb in rule["verbs"].as_array().into_iter().flatten() {
+                    out.insert((verb.as_str().unwrap_or_default().into(), group.as_str().unwrap_or_default().into(), resource.as_str().unwrap_or_default().into()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets() -> anyhow::Result<()> {
+    if embedded_only("each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets") {
+        return Ok(());
+    }
+    let env = TestEnv::start("rbac").await?;
+    env.install_crds().await?;
+    env.create_namespace("banlieue-system").await?;
+    let rbac = repo_root().join("deploy/base/rbac.yaml");
+    env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
+    let cp = ControlPlane::start_as_service_accounts(&env).await?;
+
+    let ns = &env.ns;
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        // A class with a kind of its own: the operator installs its `SpareMachine` CRD.
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": format!("{ns}-spare")},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Spare", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": format!("{ns}-binpack")},
+               "spec": {"component": {"source": "builtin:placement-binpack"}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}], "placementPolicyRef": {"name": format!("{ns}-binpack")}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "a", "namespace": ns},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web-user-data", "namespace": ns},
+               "stringData": {"user-data": "#cloud-config\n"}}),
+        // In the same namespace, referenced by nothing: no role may read it.
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bystander", "namespace": ns},
+               "stringData": {"password": "not banlieue's"}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
+               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
+                        "userData": {"name": "web-user-data", "key": "user-data"}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    let ready = |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    wait_for(&vms, "web", 90, "Ready", ready).await?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(env.client.clone());
+    wait_for(&crds, "sparemachines.infrastructure.banlieue.io", 30, "established", kube::runtime::wait::conditions::is_crd_established()).await?;
+    let libvirt = cp.ctx.libvirt.get("test:///default").await?;
+    let domain = format!("{ns}_web");
+    let state = |name: &str| {
+        let libvirt = libvirt.clone();
+        let name = name.to_string();
+        async move { anyhow::Ok(libvirt.domain_list().await?.into_iter().find(|d| d.name == name).map(|d| d.state)) }
+    };
+    assert_eq!(state(&domain).await?, Some(DomainState::Running));
+
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
+    wait_for(&vms, "web", 60, "PoweredOff", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()?.observed_power_state).is_some_and(|p| p == banlieue_api::common::PowerState::PoweredOff)
+    })
+    .await?;
+    assert_eq!(state(&domain).await?, Some(DomainState::Shutoff));
+
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert_eq!(state(&domain).await?, None, "the domain is gone");
+
+    // Each role found all its permissions at start-up.
+    for (role, ctx) in &cp.roles {
+        assert_eq!(ctx.readiness.report(), Ok(()), "{role:?}");
+    }
+    drop(cp);
+
+    // The audit log: no request of a role was denied, every rule a role holds was used
+    // (least privilege), and no role listed, watched or read an unreferenced Secret.
+    let log = env.embedded().expect("embedded").audit_log();
+    let rendered: Vec<Value> = serde_yaml::Deserializer::from_str(&std::fs::read_to_string(&rbac)?)
+        .map(|d| serde::Deserialize::deserialize(d))
+        .collect::<Result<_, _>>()?;
+    // Rules that this flow cannot exercise, and the test that does.
+    let exercised_elsewhere: BTreeSet<(&str, &str, &str, &str)> = BTreeSet::from([
+        // Registry pull secrets of OCI components (control_loop's signed-artifact tests).
+        ("operator", "get", "", "secrets"),
+        // Warnings about components that fail to load (control_loop's hostile and bad-class tests).
+        ("operator", "create", "", "events"),
+        // Renewing a Lease, a third of its duration after taking it (control_loop's lease test).
+        ("controller", "update", "coordination.k8s.io", "leases"),
+        ("provider", "update", "coordination.k8s.io", "leases"),
+        ("operator", "update", "coordination.k8s.io", "leases"),
+    ]);
+    for role in Role::ALL {
+        let user = role.user();
+        let mine: Vec<_> = log.iter().filter(|e| e.user == user).collect();
+        let denied: Vec<_> = mine.iter().filter(|e| e.code == 403).collect();
+        assert!(denied.is_empty(), "{role:?} was denied: {denied:#?}");
+        let used: BTreeSet<(String, String, String)> = mine
+            .iter()
+            .map(|e| {
+                let resource = match &e.subresource {
+                    Some(s) => format!("{}/{s}", e.resource),
+                    None => e.resource.clone(),
+                };
+                (e.verb.clone(), e.group.clone(), resource)
+            })
+            .collect();
+        let rules = rendered
+            .iter()
+            .filter(|o| (o["kind"] == "ClusterRole" || o["kind"] == "Role") && o["metadata"]["name"] == role.account().as_str())
+            .flat_map(|o| granted(&o["rules"]))
+            .collect::<BTreeSet<_>>();
+        let unused: Vec<_> = rules
+            .iter()
+            .filter(|(verb, group, resource)| {
+                !exercised_elsewhere.contains(&(role.name(), verb.as_str(), group.as_str(), resource.as_str()))
+                    && !used.iter().any(|(v, g, r)| v == verb && g == group && (r == resource || resource == "*"))
+            })
+            .collect();
+        assert!(unused.is_empty(), "{role:?} holds rules it never used: {unused:?}; used: {used:?}");
+    }
+    let secret_reads: Vec<_> = log.iter().filter(|e| e.resource == "secrets" && e.user != "admin").collect();
+    assert!(secret_reads.iter().all(|e| e.verb == "get"), "secrets are only read by name: {secret_reads:#?}");
+    assert!(!secret_reads.iter().any(|e| e.name.as_deref() == Some("bystander")), "{secret_reads:#?}");
+    assert!(secret_reads.iter().any(|e| e.name.as_deref() == Some("web-user-data")), "the user-data Secret is read: {secret_reads:#?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_role_missing_a_permission_says_which_and_is_not_ready() -> anyhow::Result<()> {
+    if embedded_only("a_role_missing_a_permission_says_which_and_is_not_ready") {
+        return Ok(());
+    }
+    let env = TestEnv::start("rbac-missing").await?;
+    env.install_crds().await?;
+    env.create_namespace("banlieue-system").await?;
+    // The controller's RBAC, less `patch virtualmachines/status`.
+    let rbac = std::fs::read_to_string(repo_root().join("deploy/base/rbac.yaml"))?;
+    let mut docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rbac).map(|d| serde::Deserialize::deserialize(d)).collect::<Result<_, _>>()?;
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "banlieue-controller") {
+        let rules = doc["rules"].as_array_mut().expect("rules");
+        rules.retain(|r| r["resources"] != json!(["virtualmachines/status"]));
+    }
+    for doc in docs {
+        apply(&env.client, doc).await?;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let cp = ControlPlane::start_as_service_accounts_with(&env, |role, options| {
+        if role == Role::Controller {
+            options.metrics_addr = Some(metrics);
+        }
+    })
+    .await?;
+    let controller = cp.roles.iter().find(|(r, _)| *r == Role::Controller).map(|(_, c)| c.clone()).expect("controller");
+    let report = banlieue_tests::within(30, async {
+        loop {
+            match controller.readiness.report() {
+                Err(why) if why.contains("missing permission") => return why,
+                _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await?;
+    assert_eq!(report, "controller: missing permission: patch virtualmachines.banlieue.io/status\n");
+    // What the kubelet's readiness probe sees.
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
+    let mut answer = String::new();
+    banlieue_tests::within(10, stream.read_to_string(&mut answer)).await??;
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("missing permission: patch virtualmachines.banlieue.io/status"), "{answer}");
+    Ok(())
+}
