@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: dev test crds fuzz bench deps
+.PHONY: dev test crds rbac image fuzz bench deps docs
 
 deps:
 	scripts/install-deps.sh
@@ -20,6 +20,16 @@ test:
 crds:
 	cargo run -q -p banlieue -- crdgen
 
+## Regenerate deploy/base/rbac.yaml from the permissions each role declares.
+rbac:
+	cargo run -q -p banlieue -- rbacgen
+
+## The container image (buildah): banlieue:<version> and banlieue:<git commit>.
+## PUSH=host:port also pushes both tags there (see deploy/overlays/local-registry).
+image:
+	guests/build.sh
+	scripts/image.sh
+
 ## Benchmarks (figures go in BENCHMARKS.md).
 bench:
 	cargo bench -p banlieue-apiserver --bench apiserver
@@ -32,3 +42,11 @@ bench:
 FUZZ_SECONDS ?= 60
 fuzz:
 	cd fuzz && for t in $$(cargo +nightly fuzz list); do cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+
+## The documentation site: docs/reference/api.md from deploy/crds, then docs/ built
+## into target/site (strict: a broken link or anchor fails).
+docs:
+	@command -v mkdocs >/dev/null 2>&1 || pip install --break-system-packages -q 'mkdocs>=1.6,<2'
+	python3 scripts/apidocs.py
+	mkdocs build --strict --site-dir target/site
+	@echo "site: $(CURDIR)/target/site/index.html"

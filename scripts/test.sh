@@ -17,4 +17,5 @@ guests/build.sh
 cargo build --workspace --all-targets --locked
 cargo run -q -p banlieue --locked -- crdgen --check
 cargo run -q -p banlieue --locked -- rbacgen --check
+make --no-print-directory docs
 cargo test --workspace --locked --no-fail-fast

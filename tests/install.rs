@@ -298,3 +298,110 @@ async fn a_role_missing_a_permission_says_which_and_is_not_ready() -> anyhow::Re
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("missing permission: patch virtualmachines.banlieue.io/status"), "{answer}");
     Ok(())
 }
+
+/// `make image` (with the debug binary this run already built), pushed to a real
+/// registry and inspected there; then its only layer unpacked and the binary run from
+/// it — as the image's user, with nothing but the image's files — against the
+/// embedded server. (podman cannot start containers on these machines: crun's
+/// `setrlimit` is denied; a chroot runs the same files as the same user.)
+#[tokio::test]
+async fn the_image_is_built_pushed_inspected_and_runs_the_roles() -> anyhow::Result<()> {
+    if embedded_only("the_image_is_built_pushed_inspected_and_runs_the_roles") {
+        return Ok(());
+    }
+    let registry = banlieue_test_backends::registry::Registry::start().await?;
+    let root = repo_root();
+    let out = tokio::process::Command::new(root.join("scripts/image.sh"))
+        .env("PROFILE", "debug")
+        .env("PUSH", &registry.host)
+        .current_dir(&root)
+        .output()
+        .await?;
+    assert!(out.status.success(), "scripts/image.sh: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let revision = String::from_utf8(std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(&root).output()?.stdout)?.trim().to_string();
+    let version = env!("CARGO_PKG_VERSION");
+
+    // Both tags name the same manifest; one layer; the config says who runs what.
+    let (manifest, digest) = registry.manifest("banlieue", version).await?;
+    let (_, by_commit) = registry.manifest("banlieue", &revision).await?;
+    assert_eq!(digest, by_commit, "the :{version} and :{revision} tags are one image");
+    let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
+    assert_eq!(layers.len(), 1, "{manifest:#}");
+    let config: Value = serde_json::from_slice(&registry.blob("banlieue", manifest["config"]["digest"].as_str().unwrap_or_default()).await?)?;
+    let c = &config["config"];
+    assert_eq!(c["User"], "65532:65532");
+    assert_eq!(c["Entrypoint"], json!(["/usr/bin/banlieue"]));
+    assert_eq!(c["Cmd"], json!(["run"]));
+    assert!(c["Env"].as_array().is_some_and(|e| e.contains(&json!("BANLIEUE_BUILTIN_DIR=/usr/lib/banlieue/components"))), "{c:#}");
+    assert_eq!(c["Labels"]["org.opencontainers.image.version"], version);
+    assert_eq!(c["Labels"]["org.opencontainers.image.revision"], revision.as_str());
+    assert!(c["Labels"]["org.opencontainers.image.source"].as_str().is_some_and(|s| s.starts_with("https://")));
+
+    // The layer, unpacked: the binary, its libraries and the components; no shell.
+    let rootfs = registry.dir().join("rootfs");
+    std::fs::create_dir_all(&rootfs)?;
+    let layer = registry.dir().join("layer.tar.gz");
+    std::fs::write(&layer, registry.blob("banlieue", layers[0]["digest"].as_str().unwrap_or_default()).await?)?;
+    let untar = std::process::Command::new("tar").arg("-xzf").arg(&layer).arg("-C").arg(&rootfs).status()?;
+    assert!(untar.success());
+    assert!(!rootfs.join("bin/sh").exists() && !rootfs.join("usr/bin/sh").exists(), "no shell in the image");
+    assert!(rootfs.join("usr/lib/banlieue/components/provider-libvirt.wasm").exists());
+    let as_image_user = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("/usr/sbin/chroot");
+        cmd.arg("--userspec=65532:65532").arg(&rootfs).arg("/usr/bin/banlieue").args(args).env_clear();
+        for kv in c["Env"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        cmd
+    };
+    let out = as_image_user(&["--version"]).output().await?;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("banlieue {version}"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // `banlieue run` from the image against the embedded server: the operator loads the
+    // built-in libvirt driver from the image's component directory.
+    let env = TestEnv::start("image").await?;
+    env.install_crds().await?;
+    env.create_namespace("banlieue-system").await?;
+    std::fs::copy(&env.kubeconfig, rootfs.join("tmp/kubeconfig"))?;
+    std::os::unix::fs::chown(rootfs.join("tmp/kubeconfig"), Some(65532), Some(65532))?;
+    let metrics = banlieue_test_backends::free_port();
+    let mut run = as_image_user(&["run", &format!("--metrics-addr=127.0.0.1:{metrics}")]);
+    run.env("KUBECONFIG", "/tmp/kubeconfig").env("BANLIEUE_CACHE_DIR", "/var/cache/banlieue").kill_on_drop(true);
+    let mut process = run.stderr(std::process::Stdio::piped()).spawn()?;
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+    )
+    .await?;
+    let classes: Api<banlieue_api::ProviderClass> = Api::all(env.client.clone());
+    let ready = |c: Option<&banlieue_api::ProviderClass>| {
+        c.and_then(|c| c.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    let loaded = tokio::select! {
+        r = wait_for(&classes, "libvirt", 60, "Ready", ready) => r.map(|_| ()),
+        exited = process.wait() => Err(anyhow::anyhow!("banlieue run exited: {exited:?}")),
+    };
+    // Ready once every role has checked its permissions (polled, as a kubelet does).
+    let readyz = banlieue_tests::within(30, async {
+        loop {
+            let answer = banlieue_test_backends::http_client().get(format!("http://127.0.0.1:{metrics}/readyz")).send().await;
+            if let Ok(r) = answer {
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap_or_default();
+                if status == 200 {
+                    return (status, body);
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let _ = process.start_kill();
+    let output = process.wait_with_output().await?;
+    loaded.map_err(|e| anyhow::anyhow!("{e}\nbanlieue run from the image said:\n{}", String::from_utf8_lossy(&output.stderr)))?;
+    assert_eq!(readyz.ok().map(|(s, _)| s), Some(200), "{}", String::from_utf8_lossy(&output.stderr));
+    Ok(())
+}

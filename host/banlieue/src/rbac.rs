@@ -1,4 +1,4 @@
-//! `deploy/rbac.yaml`: a ServiceAccount per role, and RBAC objects granting exactly the
+//! `deploy/base/rbac.yaml`: a ServiceAccount per role, and RBAC objects granting exactly the
 //! rules the role's code declares (`banlieue_controller::permissions`).
 
 use std::path::Path;

@@ -331,7 +331,7 @@ async fn check_permissions(ctx: Arc<Context>, role: Role, stopped: impl Future<O
                 }
                 Ok(missing) => {
                     for m in &missing {
-                        tracing::error!(role = role.name(), user = %role.user(), "missing permission: {m} (see deploy/rbac.yaml)");
+                        tracing::error!(role = role.name(), user = %role.user(), "missing permission: {m} (see deploy/base/rbac.yaml)");
                     }
                     ctx.readiness.checked(role, missing);
                 }

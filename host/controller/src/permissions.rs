@@ -1,4 +1,4 @@
-//! What each role may do on the API server. `deploy/rbac.yaml` is generated from
+//! What each role may do on the API server. `deploy/base/rbac.yaml` is generated from
 //! these rules (`banlieue rbacgen`), each role checks them at start-up with
 //! SelfSubjectAccessReviews ([`missing`]), and the install suite runs the roles
 //! with nothing more and checks every rule is used — so this list is the one place

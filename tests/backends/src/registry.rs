@@ -1,0 +1,90 @@
+//! An OCI registry (Debian `docker-registry`, the CNCF distribution server) on
+//! 127.0.0.1 with filesystem storage in a temporary directory, queried through
+//! the registry's own HTTP API (`/v2/…`).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::{ChildGuard, free_port, http_client};
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+pub struct Registry {
+    _child: ChildGuard,
+    dir: tempfile::TempDir,
+    /// `127.0.0.1:<port>`.
+    pub host: String,
+}
+
+impl Registry {
+    /// Start a registry and wait until `/v2/` answers.
+    pub async fn start() -> Result<Registry> {
+        let dir = tempfile::tempdir()?;
+        let host = format!("127.0.0.1:{}", free_port());
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\n",
+                dir.path().join("storage").display()
+            ),
+        )?;
+        let log = std::fs::File::create(dir.path().join("registry.log"))?;
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting docker-registry (apt-get install -y docker-registry)")?;
+        let mut child = ChildGuard(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = child.0.try_wait()? {
+                bail!("docker-registry exited with {status}: {}", std::fs::read_to_string(dir.path().join("registry.log")).unwrap_or_default());
+            }
+            if let Ok(r) = http_client().get(format!("http://{host}/v2/")).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("docker-registry on {host} not ready after 15 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Registry { _child: child, dir, host })
+    }
+
+    /// The OCI manifest of `repository:reference`, and its digest.
+    pub async fn manifest(&self, repository: &str, reference: &str) -> Result<(Value, String)> {
+        let r = http_client()
+            .get(format!("http://{}/v2/{repository}/manifests/{reference}", self.host))
+            .header("accept", OCI_MANIFEST)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("manifest {repository}:{reference}: HTTP {}", r.status());
+        }
+        let digest = r.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        Ok((r.json().await?, digest))
+    }
+
+    /// The bytes of blob `digest` in `repository`.
+    pub async fn blob(&self, repository: &str, digest: &str) -> Result<Vec<u8>> {
+        let r = http_client().get(format!("http://{}/v2/{repository}/blobs/{digest}", self.host)).send().await?;
+        if !r.status().is_success() {
+            bail!("blob {digest}: HTTP {}", r.status());
+        }
+        Ok(r.bytes().await?.to_vec())
+    }
+
+    /// A directory that lives as long as the registry.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
