@@ -7,7 +7,7 @@ use crate::infra::{infrastructure_crds, BUILTIN_INFRA_KINDS};
 
 /// All CRDs: the `banlieue.io` kinds, then the infrastructure kinds of the built-in classes.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![
+    let mut crds: Vec<CustomResourceDefinition> = [
         crate::VirtualMachine::crd(),
         crate::VirtualMachinePool::crd(),
         crate::VMClass::crd(),
@@ -15,11 +15,36 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         crate::Provider::crd(),
         crate::ProviderClass::crd(),
         crate::PlacementPolicy::crd(),
-    ];
+    ]
+    .into_iter()
+    .map(without_nullable_objects)
+    .collect();
     for kind in BUILTIN_INFRA_KINDS {
         crds.extend(infrastructure_crds(kind).expect("built-in kind prefixes are valid"));
     }
     crds
+}
+
+/// Optional objects (`Option<Struct>`) come out of schemars as `nullable: true`. Servers
+/// before 1.28 cannot express that in OpenAPI v2 and publish such a field without its
+/// `properties`, so `kubectl explain` and client-side validation see nothing inside it.
+/// Without the flag, a `null` sent for the field is pruned, which is all banlieue needs.
+pub fn without_nullable_objects(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.get("type").and_then(|t| t.as_str()) == Some("object") && map.get("nullable") == Some(&serde_json::Value::Bool(true)) {
+                    map.remove("nullable");
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD always serialises");
+    walk(&mut value);
+    serde_json::from_value(value).expect("removing a flag keeps the CRD valid")
 }
 
 /// File name of a CRD in `deploy/crds/` (`<plural>.<group>.yaml`).

@@ -270,7 +270,7 @@ pub fn infrastructure_crds(prefix: &str) -> Result<Vec<CustomResourceDefinition>
         ("Cluster", InfraCluster::crd()),
         ("ClusterTemplate", InfraClusterTemplate::crd()),
     ];
-    Ok(shapes.into_iter().map(|(suffix, crd)| rename(crd, &format!("{prefix}{suffix}"))).collect())
+    Ok(shapes.into_iter().map(|(suffix, crd)| crate::crdgen::without_nullable_objects(rename(crd, &format!("{prefix}{suffix}")))).collect())
 }
 
 fn rename(mut crd: CustomResourceDefinition, kind: &str) -> CustomResourceDefinition {

@@ -58,3 +58,32 @@ fn every_kind_has_status_short_name_and_category() {
     let scale = pool.spec.versions[0].subresources.as_ref().unwrap().scale.as_ref().unwrap();
     assert_eq!(scale.spec_replicas_path, ".spec.replicas");
 }
+
+/// Servers before 1.28 publish a `nullable` object without its properties in OpenAPI v2
+/// (`kubectl explain vm.spec.placement` shows nothing): optional objects carry no flag,
+/// in the committed CRDs and in those the operator installs for a new kind.
+#[test]
+fn no_object_schema_is_nullable() {
+    fn objects_marked_nullable(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.get("type") == Some(&serde_json::json!("object")) && map.get("nullable") == Some(&serde_json::json!(true)) {
+                    out.push(path.to_string());
+                }
+                map.iter().for_each(|(k, v)| objects_marked_nullable(v, &format!("{path}.{k}"), out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| objects_marked_nullable(v, path, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for crd in all_crds().into_iter().chain(infrastructure_crds("Acme").unwrap()) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        objects_marked_nullable(&serde_json::to_value(&crd).unwrap(), &name, &mut found);
+    }
+    assert!(found.is_empty(), "nullable objects: {found:#?}");
+    // `placement` is optional and keeps its properties.
+    let vm = serde_json::to_value(all_crds().into_iter().find(|c| c.spec.names.kind == "VirtualMachine").unwrap()).unwrap();
+    let placement = &vm["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["placement"];
+    assert!(placement["properties"]["providerRef"].is_object() && placement.get("nullable").is_none(), "{placement:#}");
+}
