@@ -8,7 +8,14 @@ export CARGO_TERM_COLOR=never
 # libvirtd with qemu (TCG) and the test guest: one per run, shared by every suite that
 # boots a VM (banlieue-test-backends' libvirtd), stopped again however the run ends.
 tests/backends/libvirtd/start.sh >/dev/null
-trap 'tests/backends/libvirtd/stop.sh >/dev/null 2>&1 || true' EXIT
+cleanup() { tests/backends/libvirtd/stop.sh >/dev/null 2>&1 || true; }
+# On a shared cluster, remove what the run added however it ends.
+if [ -n "${BANLIEUE_TEST_KUBECONFIG:-}" ]; then
+  snapshot=$(mktemp)
+  scripts/test-cluster.sh snapshot >"$snapshot"
+  cleanup() { tests/backends/libvirtd/stop.sh >/dev/null 2>&1 || true; scripts/test-cluster.sh restore "$snapshot" || true; }
+fi
+trap cleanup EXIT
 tests/backends/libvirtd/build-guest.sh >/dev/null
 # Guest components first: the runtime and end-to-end tests load them from guests/dist.
 guests/build.sh

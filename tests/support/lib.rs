@@ -73,6 +73,24 @@ impl TestEnv {
         Ok(())
     }
 
+    /// The server's Kubernetes minor version (`1.<minor>`; the embedded server says 1.34).
+    pub async fn server_minor(&self) -> anyhow::Result<u32> {
+        let info = self.client.apiserver_version().await?;
+        let digits: String = info.minor.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().with_context(|| format!("server minor version {:?}", info.minor))
+    }
+
+    /// Whether the server is older than Kubernetes 1.`minor`, which `feature` needs; a test
+    /// (or the part of one) that needs it says so and skips on such a server.
+    pub async fn older_than(&self, minor: u32, feature: &str) -> anyhow::Result<bool> {
+        let server = self.server_minor().await?;
+        if server < minor {
+            eprintln!("skipped: {feature} needs Kubernetes 1.{minor} or newer; the server is 1.{server}");
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// The embedded server's URL and token (raw HTTP tests), if embedded.
     pub fn embedded(&self) -> Option<&banlieue_apiserver::ApiServer> {
         self.server.as_ref()
@@ -149,12 +167,27 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        // On a shared cluster, leave nothing behind.
+        // On a shared cluster, leave nothing behind: the test's control plane is gone, so
+        // drop the finalizers it would have removed (or the namespace stays Terminating),
+        // then delete the namespace and the cluster-scoped objects named after it.
+        // (scripts/test-cluster.sh removes what tests share, such as CRDs, after a run.)
         if self.server.is_none() && Self::external() {
-            let _ = Command::new("kubectl")
-                .args(["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"])
-                .env("KUBECONFIG", &self.kubeconfig)
-                .output();
+            let kubectl = |args: &[&str]| {
+                Command::new("kubectl").args(args).env("KUBECONFIG", &self.kubeconfig).stdin(Stdio::null()).output().ok().filter(|o| o.status.success())
+            };
+            let names = |out: Option<Output>| -> Vec<String> {
+                out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()).unwrap_or_default()
+            };
+            for object in names(kubectl(&["get", "banlieue", "-n", &self.ns, "-o", "name"])) {
+                kubectl(&["patch", "-n", &self.ns, &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            }
+            kubectl(&["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"]);
+            let prefix = format!("/{}", self.ns);
+            for object in names(kubectl(&["get", "vmclasses,vmimages,providerclasses,placementpolicies", "-o", "name"])) {
+                if object.contains(&prefix) {
+                    kubectl(&["delete", &object, "--wait=false", "--ignore-not-found"]);
+                }
+            }
         }
     }
 }
