@@ -122,20 +122,11 @@ fn granted(rules: &Value) -> BTreeSet<(String, String, String)> {
     out
 }
 
-#[tokio::test]
-async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets() -> anyhow::Result<()> {
-    if embedded_only("each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets") {
-        return Ok(());
-    }
-    let env = TestEnv::start("rbac").await?;
-    env.install_crds().await?;
-    env.create_namespace("banlieue-system").await?;
-    let rbac = repo_root().join("deploy/base/rbac.yaml");
-    env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
-    let cp = ControlPlane::start_as_service_accounts(&env).await?;
-
-    let ns = &env.ns;
-    for object in [
+/// A libvirt ProviderClass (and one with a kind of its own), a PlacementPolicy, a VMClass,
+/// a VMImage, a Provider on `test:///default`, a user-data Secret and one nothing
+/// references, and VM `web`.
+fn fixtures(ns: &str) -> Vec<Value> {
+    vec![
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
         // A class with a kind of its own: the operator installs its `SpareMachine` CRD.
@@ -159,7 +150,23 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
                "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
                         "userData": {"name": "web-user-data", "key": "user-data"}}}),
-    ] {
+        ]
+}
+
+#[tokio::test]
+async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets() -> anyhow::Result<()> {
+    if embedded_only("each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_secrets") {
+        return Ok(());
+    }
+    let env = TestEnv::start("rbac").await?;
+    env.install_crds().await?;
+    env.create_namespace("banlieue-system").await?;
+    let rbac = repo_root().join("deploy/base/rbac.yaml");
+    env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
+    let cp = ControlPlane::start_as_service_accounts(&env).await?;
+
+    let ns = &env.ns;
+    for object in fixtures(ns) {
         apply(&env.client, object).await?;
     }
 
@@ -257,12 +264,13 @@ async fn a_role_missing_a_permission_says_which_and_is_not_ready() -> anyhow::Re
     let env = TestEnv::start("rbac-missing").await?;
     env.install_crds().await?;
     env.create_namespace("banlieue-system").await?;
-    // The controller's RBAC, less `patch virtualmachines/status`.
+    // The controller's RBAC, less `create` on infrastructure machines.
     let rbac = std::fs::read_to_string(repo_root().join("deploy/base/rbac.yaml"))?;
     let mut docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rbac).map(|d| serde::Deserialize::deserialize(d)).collect::<Result<_, _>>()?;
     for doc in docs.iter_mut().filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "banlieue-controller") {
-        let rules = doc["rules"].as_array_mut().expect("rules");
-        rules.retain(|r| r["resources"] != json!(["virtualmachines/status"]));
+        for rule in doc["rules"].as_array_mut().expect("rules").iter_mut().filter(|r| r["apiGroups"] == json!(["infrastructure.banlieue.io"])) {
+            rule["verbs"].as_array_mut().expect("verbs").retain(|v| v != "create");
+        }
     }
     for doc in docs {
         apply(&env.client, doc).await?;
@@ -288,14 +296,32 @@ async fn a_role_missing_a_permission_says_which_and_is_not_ready() -> anyhow::Re
         }
     })
     .await?;
-    assert_eq!(report, "controller: missing permission: patch virtualmachines.banlieue.io/status\n");
+    assert_eq!(report, "controller: missing permission: create *.infrastructure.banlieue.io\n");
     // What the kubelet's readiness probe sees.
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await?;
     let mut answer = String::new();
     banlieue_tests::within(10, stream.read_to_string(&mut answer)).await??;
-    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("missing permission: patch virtualmachines.banlieue.io/status"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("missing permission: create *.infrastructure.banlieue.io"), "{answer}");
+
+    // What it may do still works, and the VM it cannot realise says why, in its condition.
+    for object in fixtures(&env.ns) {
+        apply(&env.client, object).await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let forbidden = |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "Forbidden"))
+    };
+    let vm = wait_for(&vms, "web", 60, "Ready=False Forbidden", forbidden).await?;
+    let ready = vm.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains(&format!("User \"{}\" cannot create resource \"libvirtmachines\"", Role::Controller.user()))
+            && ready.message.contains("deploy/base/rbac.yaml"),
+        "{}",
+        ready.message
+    );
     Ok(())
 }
 

@@ -161,7 +161,10 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
     let class = kube::Api::<banlieue_api::ProviderClass>::all(ctx.client.clone())
         .get_opt(&class_name)
         .await
-        .map_err(|e| ("APIError", e.to_string(), true))?
+        .map_err(|e| {
+                let (reason, message) = crate::api_failure(&e);
+                (reason, message, true)
+            })?
         .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), true))?;
     let driver = ctx
         .components

@@ -352,6 +352,19 @@ async fn check_permissions(ctx: Arc<Context>, role: Role, stopped: impl Future<O
     }
 }
 
+/// Why a Kubernetes API call failed, as a condition reason and message: `Forbidden` when
+/// RBAC denied it (the server's message names the user, verb and resource to grant),
+/// else `APIError`.
+pub(crate) fn api_failure(e: &kube::Error) -> (&'static str, String) {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => {
+            ("Forbidden", format!("{}; grant it to banlieue's role (deploy/base/rbac.yaml, from `banlieue rbacgen`)", s.message))
+        }
+        kube::Error::Api(s) => ("APIError", format!("{} ({})", s.message, s.reason)),
+        other => ("APIError", other.to_string()),
+    }
+}
+
 /// `namespace/name` of an object, for logs, attributions and backoff keys.
 pub fn key<K: kube::Resource>(obj: &K) -> String {
     match obj.meta().namespace.as_deref() {

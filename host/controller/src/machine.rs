@@ -216,7 +216,10 @@ async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> R
     let provider = providers
         .get_opt(&provider_ref.name)
         .await
-        .map_err(|e| ("APIError", e.to_string(), true))?
+        .map_err(|e| {
+                let (reason, message) = crate::api_failure(&e);
+                (reason, message, true)
+            })?
         .ok_or_else(|| ("ProviderNotFound", format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
     crate::grants::backend(ctx, &provider, &crate::key(m)).await
 }
@@ -359,7 +362,10 @@ async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) 
             let secret = secrets
                 .get_opt(&r.name)
                 .await
-                .map_err(|e| ("APIError", e.to_string(), true))?
+                .map_err(|e| {
+                let (reason, message) = crate::api_failure(&e);
+                (reason, message, true)
+            })?
                 .ok_or_else(|| ("UserDataNotFound", format!("user-data Secret {:?} not found", r.name), true))?;
             let bytes = secret
                 .data

@@ -314,7 +314,7 @@ impl<'a> Reconcile<'a> {
         }
         if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
             self.status.infrastructure_ref = Some(target.clone());
-            self.write_status().await.map_err(|e| blocked(READY, "APIError", e.to_string()).retrying())?;
+            self.write_status().await.map_err(status_error)?;
         }
 
         let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled, existing).await?;
@@ -432,7 +432,7 @@ impl<'a> Reconcile<'a> {
         self.set(READY, false, reason, note);
         self.status.scheduled = Some(scheduled.clone());
         // The decision is recorded before anything is created for it.
-        self.write_status().await.map_err(|e| blocked(SCHEDULED, "APIError", e.to_string()).retrying())?;
+        self.write_status().await.map_err(|e| Blocked { condition: SCHEDULED, ..status_error(e) })?;
         self.event(false, "Scheduled", "Schedule", message).await;
         Ok(scheduled)
     }
@@ -532,9 +532,11 @@ impl<'a> Reconcile<'a> {
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
         api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
-            let mut b = blocked(INFRASTRUCTURE_READY, "MachineApplyFailed", format!("applying {} {}: {e}", resource.kind, self.name));
-            b.retry = true;
-            b
+            let (reason, message) = match crate::api_failure(&e) {
+                ("Forbidden", message) => ("Forbidden", message),
+                (_, message) => ("MachineApplyFailed", message),
+            };
+            blocked(INFRASTRUCTURE_READY, reason, format!("applying {} {}: {message}", resource.kind, self.name)).retrying()
         })
     }
 
@@ -612,8 +614,17 @@ impl Blocked {
     }
 }
 
+/// A failed status write, retried.
+fn status_error(e: Error) -> Blocked {
+    match e {
+        Error::Kube(e) => api_error(e),
+        Error::Other(message) => Blocked { condition: READY, reason: "APIError", message, retry: true },
+    }
+}
+
 fn api_error(e: kube::Error) -> Blocked {
-    Blocked { condition: READY, reason: "APIError", message: e.to_string(), retry: true }
+    let (reason, message) = crate::api_failure(&e);
+    Blocked { condition: READY, reason, message, retry: true }
 }
 
 fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
