@@ -25,13 +25,8 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 revision=$(git rev-parse HEAD 2>/dev/null) || die "not a git checkout: the image is tagged with the commit"
 git diff --quiet HEAD -- host sdk wit guests Cargo.lock || echo "image: warning: uncommitted changes; the :${revision:0:12} tag will not match them" >&2
 
-# Every install root must pin the image it runs: kustomize would otherwise leave
-# `image: banlieue` (no registry, no tag), which no cluster can pull.
-for root in deploy deploy/overlays/*/; do
-    rendered=$(kubectl kustomize "$root") || die "kubectl kustomize $root failed"
-    bad=$(grep -E '^\s+image: ' <<<"$rendered" | grep -vE 'image: [^ ]+/[^ ]+:[^ /]+$' || true)
-    [ -z "$bad" ] || die "$root: container image without a registry and tag:${bad} — set images[].newName and newTag in $root/kustomization.yaml"
-done
+# Every install root must pin the image it runs (registry and tag).
+scripts/check-images.sh deploy deploy/overlays/*/
 
 if [ "$PROFILE" = release ]; then
     cargo build --release --locked -p banlieue

@@ -431,3 +431,26 @@ async fn the_image_is_built_pushed_inspected_and_runs_the_roles() -> anyhow::Res
     assert_eq!(readyz.ok().map(|(s, _)| s), Some(200), "{}", String::from_utf8_lossy(&output.stderr));
     Ok(())
 }
+
+/// An overlay that forgets the image's tag fails the image check (`make image` runs it on
+/// every install root) with the overlay and the field to set; a complete one passes.
+#[tokio::test]
+async fn an_overlay_without_an_image_tag_is_refused_with_what_to_set() -> anyhow::Result<()> {
+    let root = repo_root();
+    std::fs::create_dir_all(root.join("target"))?;
+    let dir = tempfile::tempdir_in(root.join("target"))?;
+    let overlay = dir.path().to_string_lossy().into_owned();
+    let check = |kustomization: &str| {
+        std::fs::write(dir.path().join("kustomization.yaml"), kustomization)?;
+        let out = std::process::Command::new(root.join("scripts/check-images.sh")).arg(&overlay).current_dir(&root).output()?;
+        anyhow::Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
+    };
+    let base = "resources:\n  - ../../deploy/base\n";
+    let (ok, said) = check(&format!("{base}images:\n  - name: banlieue\n    newName: 127.0.0.1:5000/banlieue\n"))?;
+    assert!(!ok && said.contains("127.0.0.1:5000/banlieue") && said.contains("images[].newTag") && said.contains(&overlay), "{said}");
+    let (ok, said) = check(base)?;
+    assert!(!ok && said.contains("image \"banlieue\""), "{said}");
+    let (ok, said) = check(&format!("{base}images:\n  - name: banlieue\n    newName: 127.0.0.1:5000/banlieue\n    newTag: 0.1.0\n"))?;
+    assert!(ok, "{said}");
+    Ok(())
+}
