@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::server::Config;
-use crate::state::State;
+use crate::config::Config;
+use crate::storage::state::State;
 
-pub use crate::patch::{json_patch, merge_patch, strategic_merge_patch};
+pub use crate::objects::patch::{json_patch, merge_patch, strategic_merge_patch};
 
 /// An in-memory server state with a custom resource installed, and a runtime to drive requests.
 pub struct Harness {
@@ -40,6 +40,7 @@ impl Harness {
     pub fn new() -> Harness {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let state = State::new(&Config::default(), "fuzz".into()).expect("state");
+        crate::objects::ensure_default_namespaces(&state);
         let h = Harness { state, rt };
         let (status, body) = h.request_full("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "application/json", FUZZ_CRD.as_bytes());
         assert_eq!(status, 201, "the fuzz CRD installs: {body}");
@@ -69,7 +70,7 @@ impl Harness {
         let body = Bytes::copy_from_slice(body);
         self.rt.block_on(async move {
             use http_body_util::BodyExt;
-            let resp = crate::router::route(state, parts, body).await;
+            let resp = crate::http::router::route(state, parts, body).await;
             let status = resp.status().as_u16();
             // Successful watches stream forever: only error bodies are read.
             if status != 200 {

@@ -1,36 +1,35 @@
 //! An embedded, Kubernetes-compatible API server for development and tests.
 //!
 //! It serves the built-in resources banlieue needs (Namespace, Secret, ConfigMap,
-//! Event, Lease, CustomResourceDefinition) and any CRD created at run time, with
-//! Kubernetes semantics — resourceVersions, watches, finalizers, garbage
-//! collection, server-side apply, schema validation — over HTTPS with a bearer
-//! token. Production runs on a real cluster; nothing in banlieue depends on this.
+//! Event, Lease, CustomResourceDefinition, RBAC, and the workload kinds `deploy/`
+//! installs) and any CRD created at run time, with Kubernetes semantics —
+//! resourceVersions, watches, finalizers, garbage collection, server-side apply,
+//! schema validation, RBAC for impersonated users — over HTTPS with a bearer token.
+//! Production runs on a real cluster; nothing in banlieue depends on this.
+//!
+//! By concern, each layer using only those below it:
+//! - [`http`]: TLS, connections, routing, discovery, authorization;
+//! - `objects`: what a request does to objects — CRUD, patch, apply and managed
+//!   fields, watch, selectors, per-type behaviour;
+//! - `controllers`: what kube-controller-manager would do (garbage collection,
+//!   Namespace termination);
+//! - `storage`: objects, resourceVersions and watch history;
+//! - [`schema`]: served resources, validation, defaulting, pruning, OpenAPI, tables;
+//! - [`config`], [`response`], [`status`] and [`audit`]: shared by all.
 
 pub mod audit;
-mod authz;
-mod builtins;
-mod discovery;
-mod gc;
-pub mod jsonpath;
-pub mod managed;
-mod meta;
+pub mod config;
+mod controllers;
+pub mod http;
 mod objects;
-mod openapi;
-pub mod patch;
-pub mod protobuf;
-mod registry;
-mod router;
+pub mod response;
 pub mod schema;
-pub mod selector;
-mod server;
-pub mod shape;
-mod state;
-mod status;
-mod store;
-mod table;
-mod tls;
-mod watch;
+pub mod status;
+mod storage;
 
-pub use server::{ApiServer, Config, MAX_BODY};
+pub use config::{Config, MAX_BODY};
+pub use http::server::ApiServer;
+pub use objects::{managed, patch, protobuf, selector};
+pub use schema::{jsonpath, shape};
 
 pub mod fuzzing;

@@ -13,10 +13,10 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::objects::{served, Filter, Request};
-use crate::registry::ResourceType;
-use crate::server::{error_response, Body};
+use crate::schema::registry::ResourceType;
+use crate::response::{error_response, Body};
 use crate::status::ApiError;
-use crate::store::{Event, EventType};
+use crate::storage::store::{Event, EventType};
 
 struct Watch {
     rt: Arc<ResourceType>,
@@ -172,8 +172,8 @@ impl Watch {
     async fn emit(&self, etype: &str, obj: &Value) -> bool {
         let obj = served(&self.rt, obj);
         let body = if self.table {
-            let rv = crate::store::rv_of(&obj).to_string();
-            crate::table::table(&self.rt, &[obj], json!({"resourceVersion": rv}), self.include_object.as_deref())
+            let rv = crate::storage::store::rv_of(&obj).to_string();
+            crate::schema::table::table(&self.rt, &[obj], json!({"resourceVersion": rv}), self.include_object.as_deref())
         } else {
             obj
         };

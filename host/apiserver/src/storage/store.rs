@@ -16,7 +16,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::registry::StorageKey;
+use crate::schema::registry::StorageKey;
 
 /// What a watch event reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,8 +86,7 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
 }
 
-/// How long an event stays resumable by default: kube-apiserver compacts etcd every 5 minutes.
-pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(300);
+use crate::config::DEFAULT_HISTORY_AGE;
 
 impl Inner {
     /// Drop events beyond the cap or older than the age; a watch from before them gets `410 Gone`.

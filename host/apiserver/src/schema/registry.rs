@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::shape::Shape;
+use crate::schema::shape::Shape;
 
 /// Which built-in type a resource is; built-ins get type-specific behaviour
 /// (strategic merge patch, Secret `stringData`, Namespace lifecycle, CRD registration).
@@ -381,7 +381,7 @@ fn builtin_types() -> Vec<ResourceType> {
     defs.into_iter()
         .map(|d| {
             let singular = d.kind.to_ascii_lowercase();
-            let shape = crate::shape::with_object_meta(Shape::from_openapi(&d.schema));
+            let shape = crate::schema::shape::with_object_meta(Shape::from_openapi(&d.schema));
             let mut columns = vec![name_column()];
             columns.extend(d.columns.into_iter().map(|(name, ty, path, prio)| PrinterColumn {
                 name: name.into(),
@@ -530,7 +530,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, Vec<(String, Str
             categories: strings("categories"),
             status_subresource: status,
             scale,
-            shape: crate::shape::with_object_meta(Shape::from_openapi(&schema)),
+            shape: crate::schema::shape::with_object_meta(Shape::from_openapi(&schema)),
             schema,
             columns,
             builtin: None,

@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::meta::{self, now, Causes};
-use crate::registry::{types_from_crd, Builtin, ResourceType};
-use crate::state::State;
+use crate::objects::meta::{self, now, Causes};
+use crate::schema::registry::{types_from_crd, Builtin, ResourceType};
+use crate::storage::state::State;
 use crate::status::{ApiError, ApiResult};
 
 /// Finalizer the server puts on CRDs so their objects are removed first.

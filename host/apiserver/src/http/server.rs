@@ -3,55 +3,22 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::FutureExt;
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::state::State;
+use crate::config::{Config, MAX_BODY};
+use crate::response::{error_response, Body};
+use crate::storage::state::State;
 use crate::status::ApiError;
-use crate::tls::{kubeconfig, Credentials};
-
-/// Largest request body accepted (the real server's limit).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// Response body: a whole buffer or a stream (watches).
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// How to run the server.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Where to listen; port 0 picks a free one.
-    pub addr: SocketAddr,
-    /// Persist objects and credentials here; in memory when `None`.
-    pub data_dir: Option<PathBuf>,
-    /// Watch events kept for resuming watches; older resourceVersions get `410 Gone`.
-    pub watch_history: usize,
-    /// How long an event stays resumable (kube-apiserver: etcd's 5-minute compaction).
-    pub watch_window: Duration,
-    /// How often watches that allow bookmarks get one.
-    pub bookmark_interval: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir: None,
-            watch_history: 10_000,
-            watch_window: crate::store::DEFAULT_HISTORY_AGE,
-            bookmark_interval: Duration::from_secs(30),
-        }
-    }
-}
+use crate::http::tls::{kubeconfig, Credentials};
 
 /// A running server.
 pub struct ApiServer {
@@ -75,13 +42,14 @@ impl ApiServer {
             None => Credentials::generate()?,
         };
         let state = State::new(&config, creds.token.clone())?;
+        crate::objects::ensure_default_namespaces(&state);
         let tls = tokio_rustls::TlsAcceptor::from(creds.server_config()?);
         let listener = TcpListener::bind(config.addr).await?;
         let addr = listener.local_addr()?;
         let url = format!("https://{addr}");
         state.set_self_address(addr);
         let (stop, stop_rx) = watch::channel(false);
-        crate::gc::spawn(state.clone(), stop_rx.clone());
+        crate::controllers::gc::spawn(state.clone(), stop_rx.clone());
         let task = tokio::spawn(accept_loop(listener, tls, state.clone(), stop_rx));
         tracing::info!(%url, "embedded API server listening");
         Ok(ApiServer { kubeconfig: kubeconfig(&url, &creds), url, addr, token: creds.token, ca_pem: creds.ca_pem, state, stop, task })
@@ -97,7 +65,7 @@ impl ApiServer {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        crate::tls::write_private(path, &self.kubeconfig)
+        crate::http::tls::write_private(path, &self.kubeconfig)
     }
 
     /// Stop accepting, end open connections and flush the store to disk.
@@ -165,7 +133,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         Err(e) => return Ok(error_response(&ApiError::bad_request(format!("reading request body: {e}")))),
     };
     let method = parts.method.clone();
-    let routed = std::panic::AssertUnwindSafe(crate::router::route(state, parts, body)).catch_unwind().await;
+    let routed = std::panic::AssertUnwindSafe(crate::http::router::route(state, parts, body)).catch_unwind().await;
     Ok(match routed {
         Ok(resp) => resp,
         Err(_) => {
@@ -175,18 +143,3 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     })
 }
 
-/// A JSON response.
-pub fn json_response(code: u16, body: &serde_json::Value, warnings: &[String]) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut b = Response::builder().status(code).header("content-type", "application/json");
-    for w in warnings {
-        let w = w.replace(['"', '\n', '\r'], "'");
-        b = b.header("warning", format!("299 - \"{w}\""));
-    }
-    b.body(Full::new(Bytes::from(bytes)).boxed_unsync()).unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
-}
-
-/// A `Status` error response.
-pub fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.to_status(), &[])
-}

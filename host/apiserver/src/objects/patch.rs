@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::shape::{ListType, Shape};
+use crate::schema::shape::{ListType, Shape};
 
 /// Recursion limit for our own walks. Values decoded by serde_json are at most 128 deep,
 /// so this only matters for values built in code; it keeps us clear of stack overflow.
@@ -588,7 +588,7 @@ fn apply_element_order(list: &mut [Value], order: &[Value], shape: &Shape) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shape::{ListType, Shape};
+    use crate::schema::shape::{ListType, Shape};
     use serde_json::json;
 
     // ---- merge patch
@@ -697,7 +697,7 @@ mod tests {
             ("ports", Shape::list(ListType::Map(vec!["containerPort".into(), "protocol".into()]), Shape::Any)),
         ]);
         Shape::object([
-            ("metadata", crate::shape::object_meta()),
+            ("metadata", crate::schema::shape::object_meta()),
             (
                 "spec",
                 Shape::object([

@@ -3,11 +3,11 @@
 
 use serde_json::{json, Value};
 
-use crate::registry::ResourceType;
+use crate::schema::registry::ResourceType;
 
 /// A Table of `objs` (already in the served version).
 pub fn table(rt: &ResourceType, objs: &[Value], list_meta: Value, include_object: Option<&str>) -> Value {
-    let paths: Vec<Option<crate::jsonpath::Path>> = rt.columns.iter().map(|c| crate::jsonpath::parse(&c.json_path).ok()).collect();
+    let paths: Vec<Option<crate::schema::jsonpath::Path>> = rt.columns.iter().map(|c| crate::schema::jsonpath::parse(&c.json_path).ok()).collect();
     let defs: Vec<Value> = rt
         .columns
         .iter()
@@ -22,7 +22,7 @@ pub fn table(rt: &ResourceType, objs: &[Value], list_meta: Value, include_object
                 .iter()
                 .zip(&paths)
                 .map(|(c, p)| {
-                    let v = p.as_ref().map(|p| crate::jsonpath::render(&crate::jsonpath::eval(p, obj))).unwrap_or(Value::Null);
+                    let v = p.as_ref().map(|p| crate::schema::jsonpath::render(&crate::schema::jsonpath::eval(p, obj))).unwrap_or(Value::Null);
                     if c.type_ == "date" {
                         v.as_str()
                             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::registry::{Registry, ResourceType};
-use crate::server::Config;
-use crate::store::Store;
+use crate::schema::registry::{Registry, ResourceType};
+use crate::config::Config;
+use crate::storage::store::Store;
 
 /// How long a `continue` token stays valid (the real server's compaction interval).
 const CONTINUE_TTL: Duration = Duration::from_secs(300);
@@ -44,7 +44,7 @@ impl State {
         let crd_key = registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").map(|t| t.storage_key());
         if let Some(key) = crd_key {
             for crd in store.list(&key, None).0 {
-                match crate::registry::types_from_crd(&crd) {
+                match crate::schema::registry::types_from_crd(&crd) {
                     Ok(types) => types.into_iter().for_each(|t| registry.insert(t)),
                     Err(errs) => tracing::warn!("stored CRD is not servable: {errs:?}"),
                 }
@@ -59,7 +59,6 @@ impl State {
             continues: Mutex::new(HashMap::new()),
             audit: Default::default(),
         });
-        crate::objects::ensure_default_namespaces(&state);
         Ok(state)
     }
 

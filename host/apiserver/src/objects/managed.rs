@@ -9,8 +9,8 @@ use std::ops::Bound;
 
 use serde_json::{Map, Value};
 
-use crate::patch::{MAX_DEPTH, json_equal};
-use crate::shape::{ListType, Shape};
+use crate::objects::patch::{MAX_DEPTH, json_equal};
+use crate::schema::shape::{ListType, Shape};
 
 // ---------------------------------------------------------------------------------------------
 // Paths
@@ -803,7 +803,7 @@ fn prune_empty_parents(obj: &mut Value, p: &[String], keep: &FieldSet) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shape::{ListType, Shape, with_object_meta};
+    use crate::schema::shape::{ListType, Shape, with_object_meta};
     use serde_json::json;
 
     const NOW: &str = "2024-01-01T00:00:00Z";

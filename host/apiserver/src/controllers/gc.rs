@@ -8,12 +8,12 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::builtins::CRD_CLEANUP_FINALIZER;
-use crate::meta;
+use crate::objects::builtins::CRD_CLEANUP_FINALIZER;
+use crate::objects::meta;
 use crate::objects::{delete_object, write, FieldValidation, Propagation, WriteError, WriteOpts};
-use crate::registry::{Builtin, ResourceType, StorageKey};
-use crate::state::State;
-use crate::store::{Event, EventType};
+use crate::schema::registry::{Builtin, ResourceType, StorageKey};
+use crate::storage::state::State;
+use crate::storage::store::{Event, EventType};
 
 const MANAGER: &str = "generic-garbage-collector";
 

@@ -6,6 +6,14 @@
 //! and [`delete_object`] (deletes), so validation, generation, managed fields,
 //! finalizers and dry-run are decided in one place each.
 
+pub mod builtins;
+pub mod managed;
+pub mod meta;
+pub mod patch;
+pub mod protobuf;
+pub mod selector;
+pub mod watch;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -13,13 +21,13 @@ use bytes::Bytes;
 use hyper::{HeaderMap, Method, Response};
 use serde_json::{json, Map, Value};
 
-use crate::builtins;
-use crate::meta::{self, now};
-use crate::registry::{Builtin, ResourceType};
-use crate::server::{error_response, json_response, Body};
-use crate::state::{Continuation, State};
+
+use meta::now;
+use crate::schema::registry::{Builtin, ResourceType};
+use crate::response::{error_response, json_response, Body};
+use crate::storage::state::{Continuation, State};
 use crate::status::{ApiError, ApiResult};
-use crate::store::{rv_of, CommitError, Expect};
+use crate::storage::store::{rv_of, CommitError, Expect};
 
 /// One request for an object or a collection.
 pub struct Request {
@@ -100,7 +108,7 @@ pub async fn dispatch(method: Method, req: Request) -> Response<Body> {
     let has_name = req.name.is_some();
     let result = match (method, has_name) {
         (Method::GET, false) if req.q("watch").is_some_and(|w| w == "true" || w == "1") => {
-            return crate::watch::serve(req);
+            return crate::objects::watch::serve(req);
         }
         (Method::GET, false) => list(&req),
         (Method::GET, true) => get(&req),
@@ -127,7 +135,7 @@ fn get(req: &Request) -> ApiResult<Reply> {
     }
     let obj = served(&req.rt, &obj);
     if req.wants_table() {
-        return Ok(reply(200, crate::table::table(&req.rt, &[obj], json!({"resourceVersion": ""}), req.q("includeObject"))));
+        return Ok(reply(200, crate::schema::table::table(&req.rt, &[obj], json!({"resourceVersion": ""}), req.q("includeObject"))));
     }
     Ok(reply(200, obj))
 }
@@ -142,19 +150,19 @@ pub fn served(rt: &ResourceType, obj: &Value) -> Value {
 
 /// Parsed label and field selectors of a list or watch.
 pub struct Filter {
-    labels: Option<crate::selector::LabelSelector>,
-    fields: Option<crate::selector::FieldSelector>,
+    labels: Option<crate::objects::selector::LabelSelector>,
+    fields: Option<crate::objects::selector::FieldSelector>,
 }
 
 impl Filter {
     pub fn from_request(req: &Request) -> ApiResult<Filter> {
         let labels = match req.q("labelSelector") {
-            Some(s) => Some(crate::selector::parse_label_selector(s).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?),
+            Some(s) => Some(crate::objects::selector::parse_label_selector(s).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?),
             None => None,
         };
         let fields = match req.q("fieldSelector") {
             Some(s) => Some(
-                crate::selector::parse_field_selector(s, &req.rt.field_selector_allowed())
+                crate::objects::selector::parse_field_selector(s, &req.rt.field_selector_allowed())
                     .map_err(|e| ApiError::bad_request(format!("{e}")))?,
             ),
             None => None,
@@ -214,7 +222,7 @@ fn list(req: &Request) -> ApiResult<Reply> {
     }
     let page: Vec<Value> = page.iter().map(|o| served(&req.rt, o)).collect();
     if req.wants_table() {
-        return Ok(reply(200, crate::table::table(&req.rt, &page, list_meta, req.q("includeObject"))));
+        return Ok(reply(200, crate::schema::table::table(&req.rt, &page, list_meta, req.q("includeObject"))));
     }
     Ok(reply(200, json!({
         "kind": req.rt.list_kind,
@@ -234,7 +242,7 @@ fn decode(req: &Request) -> ApiResult<Value> {
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))?,
         "application/yaml" | "application/apply-patch+yaml" => serde_yaml::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
-        crate::protobuf::CONTENT_TYPE if req.rt.builtin.is_some() => crate::protobuf::decode(&req.body)
+        crate::objects::protobuf::CONTENT_TYPE if req.rt.builtin.is_some() => crate::objects::protobuf::decode(&req.body)
             .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as protobuf: {e}")))?,
         other => {
             return Err(ApiError::unsupported_media(format!(
@@ -400,7 +408,7 @@ pub fn create_object(
     builtins::prepare_create(rt, &mut obj);
     validate_object(rt, &mut obj, fv, warnings)?;
     if !managed_done {
-        crate::managed::record_update(None, &mut obj, manager, &rt.shape, &rt.api_version(), &now(), None);
+        crate::objects::managed::record_update(None, &mut obj, manager, &rt.shape, &rt.api_version(), &now(), None);
     }
     if dry_run {
         return Ok(obj);
@@ -577,7 +585,7 @@ pub fn write(state: &State, rt: &ResourceType, current: &Arc<Value>, mut new: Va
         meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
     }
     if !opts.managed_done {
-        crate::managed::record_update(Some(current), &mut new, opts.manager, &rt.shape, &rt.api_version(), &now(), opts.subresource);
+        crate::objects::managed::record_update(Some(current), &mut new, opts.manager, &rt.shape, &rt.api_version(), &now(), opts.subresource);
     }
     if unchanged(current, &new) {
         return Ok((**current).clone());
@@ -663,11 +671,11 @@ fn patch(req: &Request) -> ApiResult<Reply> {
             .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
         let scale = req.sub.as_deref() == Some("scale");
         let base = if scale { scale_of(&req.rt, &current)? } else { served(&req.rt, &current) };
-        let shape = if scale { crate::shape::Shape::Any } else { req.rt.shape.clone() };
+        let shape = if scale { crate::schema::shape::Shape::Any } else { req.rt.shape.clone() };
         let patched = match kind {
-            PatchKind::Merge => crate::patch::merge_patch(&base, &body),
-            PatchKind::Json => crate::patch::json_patch(&base, &body).map_err(|e| ApiError::unprocessable(e.to_string()))?,
-            PatchKind::Strategic => crate::patch::strategic_merge_patch(&base, &body, &shape).map_err(|e| ApiError::unprocessable(e.to_string()))?,
+            PatchKind::Merge => crate::objects::patch::merge_patch(&base, &body),
+            PatchKind::Json => crate::objects::patch::json_patch(&base, &body).map_err(|e| ApiError::unprocessable(e.to_string()))?,
+            PatchKind::Strategic => crate::objects::patch::strategic_merge_patch(&base, &body, &shape).map_err(|e| ApiError::unprocessable(e.to_string()))?,
         };
         if !patched.is_object() {
             return Err(ApiError::bad_request("the patch did not produce an object"));
@@ -748,7 +756,7 @@ fn apply(req: &Request) -> ApiResult<Reply> {
     let api_version = req.rt.api_version();
     for _ in 0..16 {
         let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name());
-        let merged = crate::managed::apply(
+        let merged = crate::objects::managed::apply(
             current.as_deref(),
             &applied,
             &manager,

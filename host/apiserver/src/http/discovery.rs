@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::state::State;
+use crate::storage::state::State;
 
 pub fn version() -> Value {
     json!({
@@ -76,7 +76,7 @@ pub fn resource_list(state: &State, group: &str, version: &str) -> Option<Value>
             resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced,
                                   "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
-        if t.builtin == Some(crate::registry::Builtin::Namespace) {
+        if t.builtin == Some(crate::schema::registry::Builtin::Namespace) {
             resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false,
                                   "kind": "Namespace", "verbs": ["update"]}));
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::registry::{Builtin, ResourceType};
+use crate::schema::registry::{Builtin, ResourceType};
 
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 const RAW_EXTENSION: &str = "io.k8s.apimachinery.pkg.runtime.RawExtension";
@@ -816,7 +816,7 @@ fn canonical(v: &Value, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::ScaleSpec;
+    use crate::schema::registry::ScaleSpec;
 
     fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, builtin: Option<Builtin>, schema: Value) -> ResourceType {
         ResourceType {
@@ -831,7 +831,7 @@ mod tests {
             categories: vec![],
             status_subresource: false,
             scale: None,
-            shape: crate::shape::Shape::from_openapi(&schema),
+            shape: crate::schema::shape::Shape::from_openapi(&schema),
             schema,
             columns: vec![],
             builtin,

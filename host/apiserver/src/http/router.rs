@@ -8,10 +8,10 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response};
 
 use crate::audit::AuditEntry;
-use crate::authz::{Attributes, User};
+use crate::http::authz::{Attributes, User};
 use crate::objects::{self, Request};
-use crate::server::{error_response, json_response, Body};
-use crate::state::State;
+use crate::response::{error_response, json_response, Body};
+use crate::storage::state::State;
 use crate::status::ApiError;
 
 pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Body> {
@@ -30,26 +30,26 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
 
     let get = parts.method == Method::GET;
     match segs.as_slice() {
-        ["version"] if get => return json_response(200, &crate::discovery::version(), &[]),
+        ["version"] if get => return json_response(200, &crate::http::discovery::version(), &[]),
         ["healthz"] | ["livez"] | ["readyz"] if get => return text_ok(),
-        ["api"] if get => return json_response(200, &crate::discovery::core_versions(&state), &[]),
-        ["apis"] if get => return json_response(200, &crate::discovery::group_list(&state), &[]),
+        ["api"] if get => return json_response(200, &crate::http::discovery::core_versions(&state), &[]),
+        ["apis"] if get => return json_response(200, &crate::http::discovery::group_list(&state), &[]),
         ["apis", g] if get => {
-            return match crate::discovery::group(&state, g) {
+            return match crate::http::discovery::group(&state, g) {
                 Some(v) => json_response(200, &v, &[]),
                 None => error_response(&ApiError::not_found_path(&path)),
             }
         }
-        ["api", "v1"] if get => return json_response(200, &crate::discovery::resource_list(&state, "", "v1").unwrap_or_default(), &[]),
+        ["api", "v1"] if get => return json_response(200, &crate::http::discovery::resource_list(&state, "", "v1").unwrap_or_default(), &[]),
         ["apis", g, v] if get => {
-            return match crate::discovery::resource_list(&state, g, v) {
+            return match crate::http::discovery::resource_list(&state, g, v) {
                 Some(l) => json_response(200, &l, &[]),
                 None => error_response(&ApiError::not_found_path(&path)),
             }
         }
-        ["openapi", "v3"] if get => return json_response(200, &crate::openapi::index(&state.registry.read().unwrap().all()), &[]),
+        ["openapi", "v3"] if get => return json_response(200, &crate::schema::openapi::index(&state.registry.read().unwrap().all()), &[]),
         ["openapi", "v3", rest @ ..] if get => {
-            return match crate::openapi::group_version_doc(&state.registry.read().unwrap().all(), &rest.join("/")) {
+            return match crate::schema::openapi::group_version_doc(&state.registry.read().unwrap().all(), &rest.join("/")) {
                 Some(doc) => json_response(200, &doc, &[]),
                 None => error_response(&ApiError::not_found_path(&path)),
             }
@@ -57,7 +57,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] if parts.method == Method::POST => {
             let user = User::of(&parts.headers);
             return match serde_json::from_slice::<serde_json::Value>(&body) {
-                Ok(review) => json_response(201, &crate::authz::self_subject_access_review(&state, &user, &review), &[]),
+                Ok(review) => json_response(201, &crate::http::authz::self_subject_access_review(&state, &user, &review), &[]),
                 Err(e) => error_response(&ApiError::bad_request(format!("decoding SelfSubjectAccessReview: {e}"))),
             };
         }
@@ -92,7 +92,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         let allowed = match s.as_str() {
             "status" => rt.status_subresource,
             "scale" => rt.scale.is_some(),
-            "finalize" => rt.builtin == Some(crate::registry::Builtin::Namespace),
+            "finalize" => rt.builtin == Some(crate::schema::registry::Builtin::Namespace),
             _ => false,
         };
         if !allowed {
@@ -110,7 +110,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         namespace: namespace.as_deref(),
         name: name.as_deref(),
     };
-    let mut denied = (!crate::authz::allowed(&state, &user, &attrs)).then(|| crate::authz::forbidden(&user, &attrs));
+    let mut denied = (!crate::http::authz::allowed(&state, &user, &attrs)).then(|| crate::http::authz::forbidden(&user, &attrs));
     // An apply that creates the object is authorized as `create` too (as kube-apiserver
     // does), and audited as both.
     let is_apply = parts.headers.get(hyper::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
@@ -120,7 +120,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         && name.as_deref().is_some_and(|n| state.store.get(&rt.storage_key(), namespace.as_deref().unwrap_or_default(), n).is_none());
     if denied.is_none() && apply_creates {
         let create = Attributes { verb: "create", ..attrs.clone() };
-        denied = (!crate::authz::allowed(&state, &user, &create)).then(|| crate::authz::forbidden(&user, &create));
+        denied = (!crate::http::authz::allowed(&state, &user, &create)).then(|| crate::http::authz::forbidden(&user, &create));
     }
     let mut entry = AuditEntry {
         user: user.name,

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::state::State;
+use crate::storage::state::State;
 use crate::status::ApiError;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";

@@ -1,0 +1,4 @@
+//! The controllers kube-controller-manager would run: garbage collection of dependents
+//! and Namespace termination.
+
+pub mod gc;
