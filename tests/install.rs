@@ -150,7 +150,7 @@ fn fixtures(ns: &str) -> Vec<Value> {
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
                "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
                         "userData": {"name": "web-user-data", "key": "user-data"}}}),
-        ]
+    ]
 }
 
 #[tokio::test]
