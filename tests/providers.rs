@@ -524,7 +524,7 @@ async fn a_stopped_vcenter_makes_its_provider_and_machines_unavailable() -> anyh
     // Nothing panicked: the control plane went on reconciling after the backend died (above), and
     // its metrics count the failed calls by outcome.
     let metrics = cp.ctx.metrics.render();
-    let line = format!(r#"banlieue_component_calls_total{{component="{}",function="probe",outcome="Unavailable"}}"#, n.provider_class);
+    let line = format!(r#"banlieue_component_calls_total{{component="{}",function="probe",outcome="BackendUnavailable"}}"#, n.provider_class);
     assert!(metrics.contains(&line), "metrics lack {line}:\n{metrics}");
     Ok(())
 }

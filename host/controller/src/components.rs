@@ -37,24 +37,9 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    pub fn reason(&self) -> &'static str {
-        use banlieue_oci::Error as O;
-        use banlieue_runtime::source::SourceError as S;
-        match self {
-            LoadError::Source(S::UnsignedNotAllowed(_) | S::Oci(O::Unsigned { .. })) => "Unsigned",
-            LoadError::Source(S::Oci(O::SignatureMismatch { .. } | O::DigestMismatch(_))) => "VerificationFailed",
-            LoadError::Source(S::Oci(O::InvalidArtifact(_) | O::TooLarge { .. })) => "InvalidArtifact",
-            LoadError::Source(S::Oci(_)) => "FetchFailed",
-            LoadError::Source(_) => "SourceInvalid",
-            LoadError::Component(e) => e.reason(),
-            LoadError::PullSecret(_) => "PullSecretInvalid",
-            LoadError::CapabilitiesNotAllowed(..) => "CapabilitiesNotAllowed",
-        }
-    }
-
     /// Worth retrying without a spec change (a registry down, a secret not yet there).
     pub fn is_retryable(&self) -> bool {
-        self.reason() == "FetchFailed" || matches!(self, LoadError::PullSecret(_) | LoadError::Source(source::SourceError::File { .. }))
+        crate::reasons::Reason::of_load(self) == crate::reasons::Reason::FetchFailed || matches!(self, LoadError::PullSecret(_) | LoadError::Source(source::SourceError::File { .. }))
     }
 }
 

@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::reasons::Reason;
+
 pub const READY: &str = "Ready";
 pub const SCHEDULED: &str = "Scheduled";
 pub const PLACEMENT_VALID: &str = "PlacementValid";
@@ -11,7 +13,17 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const VERIFIED: &str = "Verified";
 
 /// Set condition `type_` in `conditions`.
-pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: Reason, message: impl Into<String>, generation: Option<i64>) {
+    put(conditions, type_, status, reason.as_str(), message, generation);
+}
+
+/// Set condition `type_` with a reason someone else gave: a driver component's own
+/// conditions, or a Machine's condition mirrored on its VirtualMachine.
+pub fn set_reported(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+    put(conditions, type_, status, reason, message, generation);
+}
+
+fn put(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
     let status = if status { "True" } else { "False" }.to_string();
     let message = truncate(message.into());
     let now = Time(k8s_openapi::jiff::Timestamp::now());

@@ -24,6 +24,7 @@ use banlieue_runtime::provider::ProviderConfig;
 use banlieue_secrets::{KubernetesSecret, VaultKv2};
 use kube::ResourceExt;
 
+use crate::reasons::{Failure, Reason};
 use crate::Context;
 
 /// A grant that cannot be made; the reason goes on the Provider's condition.
@@ -35,15 +36,6 @@ pub enum GrantError {
     /// The backend cannot be reached now (libvirt URI not answering).
     #[error("{0}")]
     Unavailable(String),
-}
-
-impl GrantError {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            GrantError::Invalid(_) => "InvalidConnection",
-            GrantError::Unavailable(_) => "BackendUnavailable",
-        }
-    }
 }
 
 #[derive(Default)]
@@ -153,7 +145,6 @@ pub struct Backend {
     pub grants: Grants,
 }
 
-pub type Failure = (&'static str, String, bool);
 
 /// The driver of `provider` with its grants, for a call about `object`.
 pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result<Backend, Failure> {
@@ -162,17 +153,16 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
         .get_opt(&class_name)
         .await
         .map_err(|e| {
-                let (reason, message) = crate::api_failure(&e);
-                (reason, message, true)
+                crate::reasons::api_failure(&e)
             })?
-        .ok_or_else(|| ("ProviderClassNotFound", format!("ProviderClass {class_name:?} not found"), true))?;
+        .ok_or_else(|| (Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found"), true))?;
     let driver = ctx
         .components
         .driver(&class)
         .await
-        .map_err(|e| ("DriverNotReady", format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
+        .map_err(|e| (Reason::DriverNotReady, format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
         .await
-        .map_err(|e| (e.reason(), e.to_string(), true))?;
+        .map_err(|e| (Reason::of_grant(&e), e.to_string(), true))?;
     Ok(Backend { class: class_name, driver, config, grants })
 }

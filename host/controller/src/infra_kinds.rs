@@ -4,6 +4,10 @@
 
 use std::collections::HashSet;
 
+/// CAPI's annotation that stops reconciling a Machine: the VM controller sets it while
+/// its VM is paused, and the machine reconciler leaves such a Machine alone.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
 use banlieue_api::infra::INFRA_GROUP;
 use banlieue_api::ProviderClass;
 use futures::{Stream, StreamExt};

@@ -20,11 +20,12 @@ pub mod metrics;
 pub mod operator;
 pub mod permissions;
 pub mod provider;
+pub mod reasons;
+pub mod reconciler;
 pub mod scheduling;
 pub mod status;
 pub mod vm;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -132,14 +133,11 @@ pub struct Context {
     /// What `/readyz` answers.
     pub readiness: Arc<Readiness>,
     pub options: Options,
-    backoff: Mutex<HashMap<String, u32>>,
     grants: grants::Cache,
     /// Backend sessions drivers keep between calls, one per Provider.
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
-    /// Providers whose credentials the backend refused (see `provider`).
-    pub(crate) refused: Mutex<HashMap<String, provider::Refused>>,
 }
 
 impl Context {
@@ -153,11 +151,9 @@ impl Context {
             metrics: Arc::new(Metrics::default()),
             readiness: Arc::default(),
             options,
-            backoff: Mutex::default(),
             grants: grants::Cache::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
-            refused: Mutex::default(),
         }))
     }
 
@@ -182,7 +178,8 @@ impl Context {
 
     /// Record an Event on `object` (core/v1, which `kubectl describe` shows on any
     /// cluster and on the embedded server). Failing to record is logged, never fatal.
-    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: impl Into<String>) {
+    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: reasons::Reason, action: &str, note: impl Into<String>) {
+        let reason = reason.as_str();
         use k8s_openapi::api::core::v1::{Event, EventSource};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
         let now = k8s_openapi::jiff::Timestamp::now();
@@ -216,24 +213,10 @@ impl Context {
         let result = fut.await;
         let outcome = match &result {
             Ok(_) => "ok",
-            Err(e) => e.reason(),
+            Err(e) => reasons::Reason::of_call(e).as_str(),
         };
         self.metrics.component_call(component, function, start.elapsed(), outcome);
         result
-    }
-
-    /// Exponential backoff per object for retryable failures: 1 s, 2 s, 4 s … 5 min.
-    pub fn backoff(&self, key: &str) -> Duration {
-        let mut map = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(key.to_string()).or_insert(0);
-        *n = (*n + 1).min(9);
-        Duration::from_secs(1 << (*n - 1)).min(Duration::from_secs(300))
-    }
-
-    /// Forget an object's backoff after a success.
-    pub fn succeeded(&self, key: &str) {
-        let mut map = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(key);
     }
 }
 
@@ -349,19 +332,6 @@ async fn check_permissions(ctx: Arc<Context>, role: Role, stopped: impl Future<O
     tokio::select! {
         _ = check => {}
         _ = stopped => {}
-    }
-}
-
-/// Why a Kubernetes API call failed, as a condition reason and message: `Forbidden` when
-/// RBAC denied it (the server's message names the user, verb and resource to grant),
-/// else `APIError`.
-pub(crate) fn api_failure(e: &kube::Error) -> (&'static str, String) {
-    match e {
-        kube::Error::Api(s) if s.code == 403 => {
-            ("Forbidden", format!("{}; grant it to banlieue's role (deploy/base/rbac.yaml, from `banlieue rbacgen`)", s.message))
-        }
-        kube::Error::Api(s) => ("APIError", format!("{} ({})", s.message, s.reason)),
-        other => ("APIError", other.to_string()),
     }
 }
 

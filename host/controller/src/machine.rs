@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
@@ -33,11 +33,12 @@ use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, PROVISIONED, READY};
-use crate::provider::call_failure;
+use crate::reasons::{call_failure, Failure, Reason};
+use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::infra_kinds::PAUSED_ANNOTATION;
 use crate::{finalizer, infra_kinds, Context, Error};
 
 pub const FINALIZER: &str = "banlieue.io/provider";
-pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// How often a settled machine is described again, to notice drift.
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// The first look again at a machine still on its way (powering on, waiting for an address).
@@ -45,6 +46,7 @@ pub const SETTLING_MIN: Duration = Duration::from_secs(2);
 
 struct Kind {
     ctx: Arc<Context>,
+    frame: Frame<DynamicObject>,
     resource: ApiResource,
 }
 
@@ -76,9 +78,10 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         .default_backoff()
         .touched_objects()
         // Only what a reconcile acts on wakes it; its own status writes do not.
-        .predicate_filter(spec_or_lifecycle, kube::runtime::PredicateConfig::default());
+        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream_with(changes, store.clone(), resource.clone());
-    let kind = Arc::new(Kind { ctx: ctx.clone(), resource: resource.clone() });
+    let frame = Frame::new(ctx.clone(), "machine", store.clone(), resource.clone());
+    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     controller
         // A Provider that appears or changes unblocks the machines that name it.
         .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |p| {
@@ -92,27 +95,9 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         })
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
-        .run(reconcile, error_policy, kind)
+        .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(|_| futures::future::ready(()))
         .await;
-}
-
-/// A hash of what a machine reconcile acts on: spec (generation), the paused annotation,
-/// finalizers, deletion.
-fn spec_or_lifecycle(m: &DynamicObject) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    m.metadata.generation.hash(&mut h);
-    m.annotations().contains_key(PAUSED_ANNOTATION).hash(&mut h);
-    m.metadata.finalizers.hash(&mut h);
-    m.metadata.deletion_timestamp.is_some().hash(&mut h);
-    Some(h.finish())
-}
-
-fn error_policy(m: Arc<DynamicObject>, err: &Error, kind: Arc<Kind>) -> Action {
-    let key = format!("{}/{}", kind.resource.kind, crate::key(&*m));
-    tracing::warn!(machine = %key, error = %err, "machine reconcile failed");
-    Action::requeue(kind.ctx.backoff(&key))
 }
 
 fn spec(m: &DynamicObject) -> Result<InfraMachineSpec, serde_json::Error> {
@@ -124,36 +109,32 @@ fn status(m: &DynamicObject) -> InfraMachineStatus {
 }
 
 async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
-    let start = Instant::now();
-    let result = reconcile_inner(&m, &kind).await;
-    kind.ctx.metrics.reconciled("machine", start.elapsed(), result.as_ref().err().map(|_| "Error"));
-    result
+    kind.frame.reconcile(&m, reconcile_inner(&m, &kind)).await
 }
 
-use crate::grants::{Backend, Failure};
+use crate::grants::Backend;
 
-async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error> {
+async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
     if m.annotations().contains_key(PAUSED_ANNOTATION) {
-        return Ok(Action::await_change());
+        return Ok(Outcome::AwaitChange);
     }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &m.namespace().unwrap_or_default(), &kind.resource);
-    let key = format!("{}/{}", kind.resource.kind, crate::key(m));
     let spec = match spec(m) {
         Ok(s) => s,
         Err(e) => {
             let mut st = status(m);
-            conditions::set(&mut st.conditions, READY, false, "InvalidSpec", format!("spec does not parse: {e}"), m.metadata.generation);
+            conditions::set(&mut st.conditions, READY, false, Reason::InvalidSpec, format!("spec does not parse: {e}"), m.metadata.generation);
             write_status(&api, m, st).await?;
-            return Ok(Action::await_change());
+            return Ok(Outcome::AwaitChange);
         }
     };
     if m.metadata.deletion_timestamp.is_some() {
-        return delete(m, &spec, kind, &api, &key).await;
+        return delete(m, &spec, kind, &api).await;
     }
     if !finalizer::has(m, FINALIZER) {
         finalizer::add(&api, m, FINALIZER).await?;
-        return Ok(Action::await_change());
+        return Ok(Outcome::AwaitChange);
     }
     let mut st = status(m);
     let generation = m.metadata.generation;
@@ -162,13 +143,12 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error
         realise(ctx, m, &kind.resource, &spec, &mut st, &backend).await
     }
     .await;
-    let action = match outcome {
+    let next = match outcome {
         Ok(observed) => {
-            ctx.succeeded(&key);
             let was_ready = conditions::is_true(&st.conditions, READY);
             apply_observed(&mut st, &spec, &observed, generation);
             if !was_ready && conditions::is_true(&st.conditions, READY) {
-                ctx.event(&m.object_ref(&kind.resource), false, "Ready", "Reconcile", format!("{} is {:?}", observed.provider_id, st.power_state.unwrap_or_default())).await;
+                ctx.event(&m.object_ref(&kind.resource), false, Reason::Ready, "Reconcile", format!("{} is {:?}", observed.provider_id, st.power_state.unwrap_or_default())).await;
             }
             // Status first: an event from the providerID patch must not show an unprovisioned machine.
             write_status(&api, m, st.clone()).await?;
@@ -176,20 +156,20 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Action, Error
                 let patch = serde_json::json!({ "spec": { "providerID": observed.provider_id } });
                 api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
             }
-            return Ok(Action::requeue(next_look(&st)));
+            return Ok(Outcome::Requeue(next_look(&st)));
         }
         Err((reason, message, retryable)) => {
-            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason || c.status != "False");
+            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason || c.status != "False");
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             st.observed_generation = generation;
             if changed {
                 ctx.event(&m.object_ref(&kind.resource), true, reason, "Reconcile", message).await;
             }
-            if retryable { Action::requeue(ctx.backoff(&key)) } else { Action::await_change() }
+            if retryable { Outcome::Retry } else { Outcome::AwaitChange }
         }
     };
     write_status(&api, m, st).await?;
-    Ok(action)
+    Ok(next)
 }
 
 /// When to describe the machine again. A machine whose phase is still moving (a guest
@@ -210,17 +190,16 @@ fn next_look(st: &InfraMachineStatus) -> Duration {
 async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
     let ns = m.namespace().unwrap_or_default();
     let Some(provider_ref) = &spec.provider_ref else {
-        return Err(("NoProvider", "spec.providerRef is not set; banlieue places only Machines made for a VirtualMachine so far".into(), false));
+        return Err((Reason::NoProvider, "spec.providerRef is not set; banlieue places only Machines made for a VirtualMachine so far".into(), false));
     };
     let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     let provider = providers
         .get_opt(&provider_ref.name)
         .await
         .map_err(|e| {
-                let (reason, message) = crate::api_failure(&e);
-                (reason, message, true)
+                crate::reasons::api_failure(&e)
             })?
-        .ok_or_else(|| ("ProviderNotFound", format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
+        .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
     crate::grants::backend(ctx, &provider, &crate::key(m)).await
 }
 
@@ -273,7 +252,7 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
     if restart && spec.vm.power_state == PowerState::PoweredOn {
         call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
         observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
-        ctx.event(&m.object_ref(resource), false, "Restarted", "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
+        ctx.event(&m.object_ref(resource), false, Reason::Restarted, "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
     } else if observed.power_state != want {
         observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
     }
@@ -294,21 +273,21 @@ fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed
     st.observed_generation = generation;
     for c in &observed.conditions {
         if c.type_ != READY && c.type_ != PROVISIONED {
-            conditions::set(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
+            conditions::set_reported(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
         }
     }
-    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { "Provisioned" } else { "Provisioning" }, observed.provider_id.clone(), generation);
+    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
     let ready = observed.provisioned && power == spec.vm.power_state;
     let (reason, message) = if ready {
-        (format!("{power:?}"), format!("{} is {power:?}", observed.provider_id))
+        (Reason::of_power(power), format!("{} is {power:?}", observed.provider_id))
     } else if !observed.provisioned {
-        (format!("{phase:?}"), format!("the backend is still creating the machine ({phase:?})"))
+        (Reason::of_phase(phase), format!("the backend is still creating the machine ({phase:?})"))
     } else if matches!(phase, MachinePhase::PoweringOn | MachinePhase::ShuttingDown) {
-        (format!("{phase:?}"), format!("backend reports {power:?} and {phase:?}, spec asks for {:?}", spec.vm.power_state))
+        (Reason::of_phase(phase), format!("backend reports {power:?} and {phase:?}, spec asks for {:?}", spec.vm.power_state))
     } else {
-        ("PowerStateMismatch".to_string(), format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
+        (Reason::PowerStateMismatch, format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
     };
-    conditions::set(&mut st.conditions, READY, ready, &reason, message, generation);
+    conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
 }
 
 async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMachineStatus) -> Result<(), Error> {
@@ -317,10 +296,10 @@ async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMach
 }
 
 /// Teardown behind the finalizer: the backend VM goes first, then the finalizer.
-async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &Api<DynamicObject>, key: &str) -> Result<Action, Error> {
+async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &Api<DynamicObject>) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
     if !finalizer::has(m, FINALIZER) {
-        return Ok(Action::await_change());
+        return Ok(Outcome::AwaitChange);
     }
     let outcome = async {
         let b = backend(ctx, m, spec).await?;
@@ -333,11 +312,10 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
     .await;
     match outcome {
         Ok(()) => {
-            ctx.event(&m.object_ref(&kind.resource), false, "Deleted", "Delete", "backend VM and its disks removed").await;
+            ctx.event(&m.object_ref(&kind.resource), false, Reason::Deleted, "Delete", "backend VM and its disks removed").await;
             finalizer::remove(api, m, FINALIZER).await?;
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&m.uid().unwrap_or_default());
-            ctx.succeeded(key);
-            Ok(Action::await_change())
+            Ok(Outcome::AwaitChange)
         }
         Err((reason, message, _)) => {
             // The finalizer stays: without the backend's word the VM may still exist.
@@ -346,7 +324,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), m.metadata.generation);
             ctx.event(&m.object_ref(&kind.resource), true, reason, "Delete", message).await;
             write_status(api, m, st).await?;
-            Ok(Action::requeue(ctx.backoff(key)))
+            Ok(Outcome::Retry)
         }
     }
 }
@@ -362,22 +340,19 @@ async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) 
             let secret = secrets
                 .get_opt(&r.name)
                 .await
-                .map_err(|e| {
-                let (reason, message) = crate::api_failure(&e);
-                (reason, message, true)
-            })?
-                .ok_or_else(|| ("UserDataNotFound", format!("user-data Secret {:?} not found", r.name), true))?;
+                .map_err(|e| crate::reasons::api_failure(&e))?
+                .ok_or_else(|| (Reason::UserDataNotFound, format!("user-data Secret {:?} not found", r.name), true))?;
             let bytes = secret
                 .data
                 .as_ref()
                 .and_then(|d| d.get(&r.key))
                 .map(|b| b.0.clone())
                 .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(&r.key)).map(|s| s.clone().into_bytes()))
-                .ok_or_else(|| ("UserDataNotFound", format!("Secret {:?} has no key {:?}", r.name, r.key), true))?;
-            Some(String::from_utf8(bytes).map_err(|_| ("InvalidUserData", format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key), false))?)
+                .ok_or_else(|| (Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", r.name, r.key), true))?;
+            Some(String::from_utf8(bytes).map_err(|_| (Reason::InvalidUserData, format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key), false))?)
         }
     };
-    let image = image_source(&vm.image).ok_or_else(|| ("NoImageSource", "the machine's image has no template, backingFile or url".into(), false))?;
+    let image = image_source(&vm.image).ok_or_else(|| (Reason::NoImageSource, "the machine's image has no template, backingFile or url".into(), false))?;
     Ok(Machine {
         uid: m.uid().unwrap_or_default(),
         name: m.name_any(),
@@ -466,7 +441,7 @@ mod tests {
 
     fn status(phase: Option<MachinePhase>, ready_changed_secs_ago: i64) -> InfraMachineStatus {
         let mut st = InfraMachineStatus { phase, ..Default::default() };
-        conditions::set(&mut st.conditions, READY, true, "PoweredOn", "", None);
+        conditions::set(&mut st.conditions, READY, true, Reason::PoweredOn, "", None);
         let then = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ready_changed_secs_ago);
         st.conditions[0].last_transition_time = Time(then);
         st

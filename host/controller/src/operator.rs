@@ -6,7 +6,6 @@
 //! the shared generator, so a third-party class needs no release of banlieue.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use banlieue_api::common::ComponentSource;
 use banlieue_api::provider::ComponentStatus;
@@ -14,24 +13,48 @@ use banlieue_api::{infrastructure_crds, PlacementPolicy, ProviderClass};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::components::{LoadError, Loaded};
 use crate::conditions::{self, READY, VERIFIED};
+use crate::reasons::Reason;
+use crate::reconciler::{Frame, Outcome};
 use crate::{Context, Error, FIELD_MANAGER};
+
+/// One frame per kind the operator reconciles.
+struct Frames {
+    ctx: Arc<Context>,
+    classes: Frame<ProviderClass>,
+    policies: Frame<PlacementPolicy>,
+}
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (stop_a, stop_b) = split(stop);
-    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default())
+    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default());
+    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default());
+    let frames = Arc::new(Frames {
+        ctx: ctx.clone(),
+        classes: Frame::new(ctx.clone(), "providerclass", classes.store(), ()),
+        policies: Frame::new(ctx.clone(), "placementpolicy", policies.store(), ()),
+    });
+    let classes = classes
         .graceful_shutdown_on(stop_a)
-        .run(reconcile_class, error_policy, ctx.clone())
+        .run(
+            |class, frames| async move { frames.classes.reconcile(&class, reconcile_class(&class, &frames.ctx)).await },
+            |class, err, frames| frames.classes.error_policy(&class, err),
+            frames.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
-    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default())
+    let policies = policies
         .graceful_shutdown_on(stop_b)
-        .run(reconcile_policy, error_policy, ctx.clone())
+        .run(
+            |policy, frames| async move { frames.policies.reconcile(&policy, reconcile_policy(&policy, &frames.ctx)).await },
+            |policy, err, frames| frames.policies.error_policy(&policy, err),
+            frames,
+        )
         .for_each(|_| futures::future::ready(()));
     futures::future::join(classes, policies).await;
     Ok(())
@@ -43,19 +66,7 @@ pub(crate) fn split(stop: impl Future<Output = ()> + Send + Sync + 'static) -> (
     (shared.clone(), shared)
 }
 
-fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, "operator reconcile failed");
-    Action::requeue(ctx.backoff("operator"))
-}
-
-async fn reconcile_class(class: Arc<ProviderClass>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = Instant::now();
-    let result = reconcile_class_inner(&class, &ctx).await;
-    ctx.metrics.reconciled("providerclass", start.elapsed(), result.as_ref().err().map(|_| "Error"));
-    result
-}
-
-async fn reconcile_class_inner(class: &ProviderClass, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_class(class: &ProviderClass, ctx: &Context) -> Result<Outcome, Error> {
     let name = class.name_any();
     let generation = class.metadata.generation;
     let mut status = class.status.clone().unwrap_or_default();
@@ -67,38 +78,30 @@ async fn reconcile_class_inner(class: &ProviderClass, ctx: &Context) -> Result<A
         Err(e) => Err(format!("installing the {}Machine CRDs: {e}", class.spec.infrastructure_kind)),
     };
     let loaded = ctx.components.driver(class).await;
-    let action = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &class.spec.component, generation, crds_installed.clone());
+    let loaded_ok = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &class.spec.component, generation, crds_installed.clone());
     if let Err(e) = &loaded {
-        ctx.event(&class.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
+        ctx.event(&class.object_ref(&()), true, Reason::of_load(e), "Load", e.to_string()).await;
     }
     write_status::<ProviderClass>(ctx, &name, class.status.as_ref(), status).await?;
-    Ok(match action {
-        Ok(()) if crds_installed.is_ok() => {
-            ctx.succeeded(&format!("providerclass/{name}"));
-            Action::await_change()
-        }
-        Ok(()) => Action::requeue(ctx.backoff(&format!("providerclass/{name}"))),
-        Err(retry) if retry => Action::requeue(ctx.backoff(&format!("providerclass/{name}"))),
-        Err(_) => Action::await_change(),
+    Ok(match loaded_ok {
+        Ok(()) if crds_installed.is_ok() => Outcome::AwaitChange,
+        Ok(()) | Err(true) => Outcome::Retry,
+        Err(false) => Outcome::AwaitChange,
     })
 }
 
-async fn reconcile_policy(policy: Arc<PlacementPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = Instant::now();
+async fn reconcile_policy(policy: &PlacementPolicy, ctx: &Context) -> Result<Outcome, Error> {
     let name = policy.name_any();
     let mut status = policy.status.clone().unwrap_or_default();
-    let loaded = ctx.components.policy(&policy).await;
-    let action = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &policy.spec.component, policy.metadata.generation, Ok(()));
+    let loaded = ctx.components.policy(policy).await;
+    let loaded_ok = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &policy.spec.component, policy.metadata.generation, Ok(()));
     if let Err(e) = &loaded {
-        ctx.event(&policy.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
+        ctx.event(&policy.object_ref(&()), true, Reason::of_load(e), "Load", e.to_string()).await;
     }
-    let written = write_status::<PlacementPolicy>(&ctx, &name, policy.status.as_ref(), status).await;
-    ctx.metrics.reconciled("placementpolicy", start.elapsed(), written.as_ref().err().map(|_| "Error"));
-    written?;
-    Ok(match action {
-        Ok(()) => Action::await_change(),
-        Err(true) => Action::requeue(ctx.backoff(&format!("placementpolicy/{name}"))),
-        Err(false) => Action::await_change(),
+    write_status::<PlacementPolicy>(ctx, &name, policy.status.as_ref(), status).await?;
+    Ok(match loaded_ok {
+        Ok(()) | Err(false) => Outcome::AwaitChange,
+        Err(true) => Outcome::Retry,
     })
 }
 
@@ -116,28 +119,29 @@ fn report<T>(
             status.resolved_digest = Some(l.digest.clone());
             status.contract_version = Some(l.contract_version.clone().to_string());
             let (reason, message) = if spec.source.starts_with("builtin:") {
-                ("BuiltIn", format!("{} ships with banlieue", spec.source))
+                (Reason::BuiltIn, format!("{} ships with banlieue", spec.source))
             } else if l.verified {
-                ("SignatureVerified", format!("{} verified as {}", spec.source, l.digest))
+                (Reason::SignatureVerified, format!("{} verified as {}", spec.source, l.digest))
             } else {
-                ("UnsignedAllowed", format!("{} is not signed; running it because verification.allowUnsigned is set", spec.source))
+                (Reason::UnsignedAllowed, format!("{} is not signed; running it because verification.allowUnsigned is set", spec.source))
             };
             conditions::set(&mut status.conditions, VERIFIED, true, reason, message, generation);
             match &crds {
-                Ok(()) => conditions::set(&mut status.conditions, READY, true, "Loaded", format!("contract {} compiled and ready", l.contract_version), generation),
-                Err(e) => conditions::set(&mut status.conditions, READY, false, "CRDInstallFailed", e.clone(), generation),
+                Ok(()) => conditions::set(&mut status.conditions, READY, true, Reason::Loaded, format!("contract {} compiled and ready", l.contract_version), generation),
+                Err(e) => conditions::set(&mut status.conditions, READY, false, Reason::CRDInstallFailed, e.clone(), generation),
             }
             Ok(())
         }
         Err(e) => {
-            let verification = matches!(e.reason(), "Unsigned" | "VerificationFailed");
+            let reason = Reason::of_load(e);
+            let verification = matches!(reason, Reason::Unsigned | Reason::VerificationFailed);
             if verification {
                 status.resolved_digest = None;
-                conditions::set(&mut status.conditions, VERIFIED, false, e.reason(), e.to_string(), generation);
+                conditions::set(&mut status.conditions, VERIFIED, false, Reason::of_load(e), e.to_string(), generation);
             } else if conditions::get(&status.conditions, VERIFIED).is_none() {
-                conditions::set(&mut status.conditions, VERIFIED, false, "NotLoaded", "the component could not be fetched or loaded", generation);
+                conditions::set(&mut status.conditions, VERIFIED, false, Reason::NotLoaded, "the component could not be fetched or loaded", generation);
             }
-            conditions::set(&mut status.conditions, READY, false, e.reason(), e.to_string(), generation);
+            conditions::set(&mut status.conditions, READY, false, Reason::of_load(e), e.to_string(), generation);
             Err(e.is_retryable())
         }
     }

@@ -10,22 +10,23 @@
 //! probed again as soon as they change — not before, so a wrong password is not
 //! tried against the backend over and over.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use banlieue_api::provider::{Capacity, FailureDomain};
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_runtime::provider::Inventory;
-use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, READY};
+use crate::reconciler::{Frame, Outcome};
 use crate::{Context, Error};
 
 /// How often a healthy Provider is probed again.
@@ -33,9 +34,24 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 /// How often refused credentials are re-read to notice that they were fixed.
 pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(5);
 
+/// What the Provider reconciler keeps between reconciles.
+struct Probes {
+    ctx: Arc<Context>,
+    frame: Frame<Provider>,
+    providers: Store<Provider>,
+    /// Providers whose credentials the backend refused, by session scope.
+    refused: Mutex<HashMap<String, Refused>>,
+}
+
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default());
     let store = controller.store();
+    let probes = Arc::new(Probes {
+        ctx: ctx.clone(),
+        frame: Frame::new(ctx.clone(), "provider", store.clone(), ()),
+        providers: store.clone(),
+        refused: Mutex::default(),
+    });
     controller
         .watches(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default(), move |class| {
             let name = class.name_any();
@@ -48,27 +64,20 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         })
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, |p, err, probes| probes.frame.error_policy(&p, err), probes)
         .for_each(|_| futures::future::ready(()))
         .await;
     Ok(())
 }
 
-fn error_policy(provider: Arc<Provider>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(provider = %crate::key(&*provider), error = %err, "provider reconcile failed");
-    Action::requeue(ctx.backoff(&format!("provider/{}", crate::key(&*provider))))
+async fn reconcile(provider: Arc<Provider>, probes: Arc<Probes>) -> Result<Action, Error> {
+    probes.frame.reconcile(&provider, reconcile_inner(&provider, &probes)).await
 }
 
-async fn reconcile(provider: Arc<Provider>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = Instant::now();
-    let result = reconcile_inner(&provider, &ctx).await;
-    ctx.metrics.reconciled("provider", start.elapsed(), result.as_ref().err().map(|_| "Error"));
-    result
-}
+use crate::reasons::{call_failure, Failure, Reason};
 
-use crate::grants::Failure;
-
-async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome, Error> {
+    let ctx = &*probes.ctx;
     let key = crate::key(provider);
     let generation = provider.metadata.generation;
     let mut status = provider.status.clone().unwrap_or_default();
@@ -80,29 +89,31 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
     let refused = Refused { generation, credentials, at: Instant::now() };
     // Keyed by UID too: a Provider recreated under the same name is probed afresh.
     let memo_key = crate::grants::session_scope(provider);
-    if ctx.refused.lock().unwrap_or_else(|e| e.into_inner()).get(&memo_key).is_some_and(|was| was.holds(&refused)) {
-        return Ok(Action::requeue(CREDENTIALS_RECHECK));
+    if probes.refused().get(&memo_key).is_some_and(|was| was.holds(&refused)) {
+        return Ok(Outcome::Requeue(CREDENTIALS_RECHECK));
     }
     let outcome = match backend {
         Ok(b) => probe(provider, ctx, b).await,
         Err(failure) => Err(failure),
     };
     {
-        let mut memo = ctx.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memo = probes.refused();
+        // Providers deleted since are forgotten here.
+        let live: HashSet<String> = probes.providers.state().iter().map(|p| crate::grants::session_scope(p)).collect();
+        memo.retain(|scope, _| live.contains(scope));
         match &outcome {
-            Err((reason, _, _)) if *reason == CREDENTIALS_REFUSED => memo.insert(memo_key, refused),
+            Err((reason, _, _)) if *reason == Reason::CredentialsRefused => memo.insert(memo_key, refused),
             _ => memo.remove(&memo_key),
         };
     }
     status.observed_generation = generation;
-    let action = match outcome {
+    let next = match outcome {
         Ok(inventory) => {
             status.failure_domains = failure_domains(&inventory);
             let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
             let message = format!("{version}; {} failure domain(s)", status.failure_domains.len());
-            conditions::set(&mut status.conditions, READY, true, "Probed", message, generation);
-            ctx.succeeded(&format!("provider/{key}"));
-            Action::requeue(PROBE_INTERVAL)
+            conditions::set(&mut status.conditions, READY, true, Reason::Probed, message, generation);
+            Outcome::Requeue(PROBE_INTERVAL)
         }
         Err((reason, message, retryable)) => {
             let was_ready = conditions::is_true(&status.conditions, READY);
@@ -110,16 +121,22 @@ async fn reconcile_inner(provider: &Provider, ctx: &Context) -> Result<Action, E
             if was_ready || provider.status.is_none() {
                 ctx.event(&provider.object_ref(&()), true, reason, "Probe", message).await;
             }
-            match (reason == CREDENTIALS_REFUSED, retryable) {
-                (true, _) => Action::requeue(CREDENTIALS_RECHECK),
-                (false, true) => Action::requeue(ctx.backoff(&format!("provider/{key}"))),
-                (false, false) => Action::requeue(PROBE_INTERVAL),
+            match (reason == Reason::CredentialsRefused, retryable) {
+                (true, _) => Outcome::Requeue(CREDENTIALS_RECHECK),
+                (false, true) => Outcome::Retry,
+                (false, false) => Outcome::Requeue(PROBE_INTERVAL),
             }
         }
     };
     let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &provider.namespace().unwrap_or_default());
     status::write(&api, &provider.name_any(), provider.status.as_ref(), &status).await?;
-    Ok(action)
+    Ok(next)
+}
+
+impl Probes {
+    fn refused(&self) -> std::sync::MutexGuard<'_, HashMap<String, Refused>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 async fn probe(provider: &Provider, ctx: &Context, b: crate::grants::Backend) -> Result<Inventory, Failure> {
@@ -129,7 +146,6 @@ async fn probe(provider: &Provider, ctx: &Context, b: crate::grants::Backend) ->
         .map_err(|e| call_failure(&e))
 }
 
-const CREDENTIALS_REFUSED: &str = "CredentialsRefused";
 
 /// A probe the backend refused: probed again only when the Provider or its
 /// credentials change, or after [`PROBE_INTERVAL`].
@@ -148,19 +164,6 @@ impl Refused {
 
 async fn credentials_fingerprint(b: &crate::grants::Backend) -> Option<[u8; 32]> {
     b.grants.secrets.as_ref()?.fingerprint().await.ok()
-}
-
-/// A driver call's failure as a condition reason a user can act on.
-pub fn call_failure(e: &CallError) -> Failure {
-    let reason = match e {
-        CallError::Guest(GuestError::Denied(_)) => CREDENTIALS_REFUSED,
-        CallError::Guest(GuestError::Unavailable(_)) => "BackendUnavailable",
-        CallError::Guest(GuestError::InvalidSpec(_)) => "InvalidSpec",
-        CallError::Guest(GuestError::NotFound(_)) => "NotFound",
-        CallError::Guest(GuestError::Internal(_)) => "DriverError",
-        other => other.reason(),
-    };
-    (reason, e.to_string(), e.is_retryable())
 }
 
 fn failure_domains(inventory: &Inventory) -> Vec<FailureDomain> {

@@ -16,7 +16,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use banlieue_api::class::DEFAULT_POWER_OFF_TIMEOUT_SECONDS;
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedDisk, ResolvedNic, ResolvedVm};
@@ -33,7 +32,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
-use crate::machine::PAUSED_ANNOTATION;
+use crate::infra_kinds::PAUSED_ANNOTATION;
+use crate::reasons::{call_failure, Reason};
+use crate::reconciler::{acted_on, Frame, Outcome};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
@@ -41,6 +42,7 @@ pub const VM_LABEL: &str = "banlieue.io/vm";
 
 struct State {
     ctx: Arc<Context>,
+    frame: Frame<VirtualMachine>,
     vms: Store<VirtualMachine>,
     /// What a reconcile reads, kept by watches (the same ones that trigger reconciles).
     classes: Store<VMClass>,
@@ -85,7 +87,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     .default_backoff()
     .touched_objects()
     // Only what a reconcile acts on wakes it; its own status writes do not.
-    .predicate_filter(spec_or_lifecycle, kube::runtime::PredicateConfig::default());
+    .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(vm_changes, store.clone());
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
@@ -108,7 +110,8 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()));
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
-    let state = Arc::new(State { ctx: ctx.clone(), vms: store, classes, images, providers, provider_classes });
+    let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ());
+    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -118,21 +121,10 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
-        .run(reconcile, error_policy, state)
+        .run(reconcile, |vm, err, state| state.frame.error_policy(&vm, err), state)
         .for_each(|_| futures::future::ready(()))
         .await;
     Ok(())
-}
-
-/// A hash of what a VM reconcile acts on: spec (generation), labels, finalizers, deletion.
-fn spec_or_lifecycle(vm: &VirtualMachine) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    vm.metadata.generation.hash(&mut h);
-    vm.metadata.labels.hash(&mut h);
-    vm.metadata.finalizers.hash(&mut h);
-    vm.metadata.deletion_timestamp.is_some().hash(&mut h);
-    Some(h.finish())
 }
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
@@ -157,30 +149,21 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
     }
 }
 
-fn error_policy(vm: Arc<VirtualMachine>, err: &Error, state: Arc<State>) -> Action {
-    let key = format!("vm/{}", crate::key(&*vm));
-    tracing::warn!(vm = %crate::key(&*vm), error = %err, "reconcile failed");
-    Action::requeue(state.ctx.backoff(&key))
-}
-
 async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action, Error> {
     state.ready().await?;
-    let start = Instant::now();
-    let result = Reconcile::new(&vm, &state).run().await;
-    state.ctx.metrics.reconciled("virtualmachine", start.elapsed(), result.as_ref().err().map(|_| "Error"));
-    result
+    state.frame.reconcile(&vm, Reconcile::new(&vm, &state).run()).await
 }
 
 /// Why the VM cannot progress: the condition to set and whether to retry on a timer
 /// (otherwise a watch on the missing thing brings the VM back).
 struct Blocked {
     condition: &'static str,
-    reason: &'static str,
+    reason: Reason,
     message: String,
     retry: bool,
 }
 
-fn blocked(condition: &'static str, reason: &'static str, message: impl Into<String>) -> Blocked {
+fn blocked(condition: &'static str, reason: Reason, message: impl Into<String>) -> Blocked {
     Blocked { condition, reason, message: message.into(), retry: false }
 }
 
@@ -210,68 +193,65 @@ impl<'a> Reconcile<'a> {
         }
     }
 
-    async fn run(mut self) -> Result<Action, Error> {
+    async fn run(mut self) -> Result<Outcome, Error> {
         if self.vm.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }
         if !finalizer::has(self.vm, FINALIZER) {
             finalizer::add(&self.api, self.vm, FINALIZER).await?;
-            return Ok(Action::await_change());
+            return Ok(Outcome::AwaitChange);
         }
         if self.vm.spec.paused {
             self.set_machine_paused(true).await?;
-            return Ok(Action::await_change());
+            return Ok(Outcome::AwaitChange);
         }
         self.set_machine_paused(false).await?;
-        let action = match self.apply().await {
-            Ok(action) => {
-                self.ctx.succeeded(&format!("vm/{}/{}", self.ns, self.name));
-                action
-            }
+        let outcome = match self.apply().await {
+            Ok(outcome) => outcome,
             Err(b) => {
-                let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| c.reason != b.reason);
+                let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| b.reason != c.reason);
                 self.set(b.condition, false, b.reason, b.message.clone());
                 self.set(READY, false, b.reason, b.message.clone());
                 if first {
                     self.event(true, b.reason, "Reconcile", b.message).await;
                 }
-                if b.retry { Action::requeue(self.ctx.backoff(&format!("vm/{}/{}", self.ns, self.name))) } else { Action::await_change() }
+                if b.retry { Outcome::Retry } else { Outcome::AwaitChange }
             }
         };
         self.write_status().await?;
-        Ok(action)
+        Ok(outcome)
     }
 
-    fn set(&mut self, type_: &str, status: bool, reason: &str, message: impl Into<String>) {
+    fn set(&mut self, type_: &str, status: bool, reason: Reason, message: impl Into<String>) {
         conditions::set(&mut self.status.conditions, type_, status, reason, message, self.generation);
     }
 
-    async fn event(&self, warning: bool, reason: &str, action: &str, note: impl Into<String>) {
+    async fn event(&self, warning: bool, reason: Reason, action: &str, note: impl Into<String>) {
         self.ctx.event(&self.vm.object_ref(&()), warning, reason, action, note).await;
     }
 
-    async fn apply(&mut self) -> Result<Action, Blocked> {
+    async fn apply(&mut self) -> Result<Outcome, Blocked> {
         let client = &self.ctx.client;
         let spec = &self.vm.spec;
         let class = self
             .state
             .classes
             .get(&ObjectRef::new(&spec.class_ref.name))
-            .ok_or_else(|| blocked(SCHEDULED, "ClassNotFound", format!("VMClass {:?} not found", spec.class_ref.name)))?;
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ClassNotFound, format!("VMClass {:?} not found", spec.class_ref.name)))?;
         let image = self
             .state
             .images
             .get(&ObjectRef::new(&spec.image_ref.name))
-            .ok_or_else(|| blocked(SCHEDULED, "ImageNotFound", format!("VMImage {:?} not found", spec.image_ref.name)))?;
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
         if let Some(u) = &spec.user_data {
             let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
                 .get_opt(&u.name)
                 .await
                 .map_err(api_error)?
-                .ok_or_else(|| blocked(SCHEDULED, "UserDataNotFound", format!("user-data Secret {:?} not found", u.name)).retrying())?;
+                .ok_or_else(|| blocked(SCHEDULED, Reason::UserDataNotFound, format!("user-data Secret {:?} not found", u.name)).retrying())?;
             let has_key = secret.data.as_ref().is_some_and(|d| d.contains_key(&u.key)) || secret.string_data.as_ref().is_some_and(|d| d.contains_key(&u.key));
             if !has_key {
-                return Err(blocked(SCHEDULED, "UserDataNotFound", format!("Secret {:?} has no key {:?}", u.name, u.key)).retrying());
+                return Err(blocked(SCHEDULED, Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", u.name, u.key)).retrying());
             }
         }
         let mut providers: Vec<Arc<Provider>> =
@@ -284,12 +264,12 @@ impl<'a> Reconcile<'a> {
         let provider = providers
             .iter()
             .find(|p| p.name_any() == scheduled.provider)
-            .ok_or_else(|| blocked(SCHEDULED, "ProviderNotFound", format!("Provider {:?} not found", scheduled.provider)))?;
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, format!("Provider {:?} not found", scheduled.provider)))?;
         let provider_class = self
             .state
             .provider_classes
             .get(&ObjectRef::new(&scheduled.provider_class))
-            .ok_or_else(|| blocked(INFRASTRUCTURE_READY, "ProviderClassNotFound", format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
+            .ok_or_else(|| blocked(INFRASTRUCTURE_READY, Reason::ProviderClassNotFound, format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
         let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
         let target = InfrastructureRef {
             api_version: resource.api_version.clone(),
@@ -319,7 +299,7 @@ impl<'a> Reconcile<'a> {
 
         let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled, existing).await?;
         self.mirror(&machine, &target);
-        Ok(Action::await_change())
+        Ok(Outcome::AwaitChange)
     }
 
     /// Keep the current placement while it holds; otherwise follow `migrationPolicy`.
@@ -333,9 +313,9 @@ impl<'a> Reconcile<'a> {
     ) -> Result<Scheduled, Blocked> {
         let current = self.status.scheduled.clone();
         if let Some(current) = &current {
-            let all = scheduling::candidates(self.vm, class, image_classes, providers, vms, false).map_err(|m| blocked(SCHEDULED, "InvalidPlacement", m))?;
+            let all = scheduling::candidates(self.vm, class, image_classes, providers, vms, false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
             if scheduling::still_valid(current, &all, &self.ns) {
-                self.set(PLACEMENT_VALID, true, "PlacementHolds", format!("{}/{} still satisfies the placement", current.provider, current.failure_domain));
+                self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, format!("{}/{} still satisfies the placement", current.provider, current.failure_domain));
                 return Ok(current.clone());
             }
             let why = format!("{}/{} no longer satisfies the placement", current.provider, current.failure_domain);
@@ -344,17 +324,17 @@ impl<'a> Reconcile<'a> {
                 MigrationPolicy::Automatic => {}
                 MigrationPolicy::Manual if restart_bumped => {}
                 MigrationPolicy::Manual => {
-                    self.set(PLACEMENT_VALID, false, "MigrationPending", format!("{why}; bump spec.restartRequestedAt to move it"));
+                    self.set(PLACEMENT_VALID, false, Reason::MigrationPending, format!("{why}; bump spec.restartRequestedAt to move it"));
                     return Ok(current.clone());
                 }
                 MigrationPolicy::Never => {
-                    self.set(PLACEMENT_VALID, false, "MigrationDisabled", format!("{why}; migrationPolicy is Never"));
+                    self.set(PLACEMENT_VALID, false, Reason::MigrationDisabled, format!("{why}; migrationPolicy is Never"));
                     return Ok(current.clone());
                 }
             }
             match self.choose(class, image_classes, providers, vms).await {
                 Ok(next) => {
-                    self.set(PLACEMENT_VALID, true, "Rescheduled", format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
+                    self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
                     Ok(next)
                 }
                 Err(b) => {
@@ -365,20 +345,20 @@ impl<'a> Reconcile<'a> {
             }
         } else {
             let next = self.choose(class, image_classes, providers, vms).await?;
-            self.set(PLACEMENT_VALID, true, "PlacementHolds", "newly scheduled");
+            self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, "newly scheduled");
             Ok(next)
         }
     }
 
     async fn choose(&mut self, class: &VMClass, image_classes: &BTreeSet<String>, providers: &[Arc<Provider>], vms: &[Arc<VirtualMachine>]) -> Result<Scheduled, Blocked> {
-        let found = scheduling::candidates(self.vm, class, image_classes, providers, vms, true).map_err(|m| blocked(SCHEDULED, "InvalidPlacement", m))?;
+        let found = scheduling::candidates(self.vm, class, image_classes, providers, vms, true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
         if found.candidates.is_empty() {
             let mut why = found.excluded.clone();
             if why.is_empty() {
                 why.push(format!("no Provider in namespace {} matches the placement", self.ns));
             }
             why.truncate(5);
-            return Err(blocked(SCHEDULED, "NoCandidates", format!("no failure domain fits: {}", why.join("; "))));
+            return Err(blocked(SCHEDULED, Reason::NoCandidates, format!("no failure domain fits: {}", why.join("; "))));
         }
         let (policy_name, policy, parameters) = match &class.spec.placement_policy_ref {
             None => ("spread".to_string(), self.ctx.components.builtin_policy("spread").await, BTreeMap::new()),
@@ -387,11 +367,11 @@ impl<'a> Reconcile<'a> {
                     .get_opt(&r.name)
                     .await
                     .map_err(api_error)?
-                    .ok_or_else(|| blocked(SCHEDULED, "PlacementPolicyNotFound", format!("PlacementPolicy {:?} not found", r.name)))?;
+                    .ok_or_else(|| blocked(SCHEDULED, Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name)))?;
                 (r.name.clone(), self.ctx.components.policy(&pp).await, pp.spec.parameters.clone())
             }
         };
-        let policy = policy.map_err(|e| blocked(SCHEDULED, "PlacementPolicyNotReady", format!("PlacementPolicy {policy_name:?}: {e}")))?;
+        let policy = policy.map_err(|e| blocked(SCHEDULED, Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}")))?;
         let request = scheduling::request(self.vm, class, &parameters);
         let grants = banlieue_runtime::capability::Grants {
             log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object: format!("{}/{}", self.ns, self.name) },
@@ -402,17 +382,17 @@ impl<'a> Reconcile<'a> {
             .call(&policy_name, "choose", policy.component.choose(&request, &found.candidates, policy.limits, grants))
             .await
             .map_err(|e| {
-                let (reason, message, retry) = crate::provider::call_failure(&e);
-                let reason = if reason == "BackendUnavailable" { "NoCandidates" } else { reason };
+                let (reason, message, retry) = call_failure(&e);
+                let reason = if reason == Reason::BackendUnavailable { Reason::NoCandidates } else { reason };
                 Blocked { condition: SCHEDULED, reason, message: format!("placement policy {policy_name:?}: {message}"), retry }
             })?;
         let chosen = found
             .candidates
             .iter()
             .find(|c| c.provider == decision.provider && c.failure_domain == decision.failure_domain)
-            .ok_or_else(|| blocked(SCHEDULED, "InvalidDecision", format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain)))?;
+            .ok_or_else(|| blocked(SCHEDULED, Reason::InvalidDecision, format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain)))?;
         let provider_name = chosen.provider.rsplit('/').next().unwrap_or_default().to_string();
-        let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, "ProviderNotFound", provider_name.clone()))?;
+        let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, provider_name.clone()))?;
         let caps = &provider.spec.capabilities;
         let scheduled = Scheduled {
             provider: provider_name,
@@ -422,18 +402,18 @@ impl<'a> Reconcile<'a> {
             networks: class.spec.nics.iter().filter_map(|n| Some((n.network_class.clone(), caps.network_classes.get(&n.network_class)?.clone()))).collect(),
         };
         let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.reason);
-        self.set(SCHEDULED, true, "Scheduled", message.clone());
+        self.set(SCHEDULED, true, Reason::Scheduled, message.clone());
         // Until a Machine for this decision says otherwise, the VM is not ready.
         let (reason, note) = match &self.status.infrastructure_ref {
-            Some(r) => ("Moving", format!("moving from {} {} to {}/{}", r.kind, r.name, scheduled.provider, scheduled.failure_domain)),
-            None => ("Provisioning", format!("creating the machine on {}/{}", scheduled.provider, scheduled.failure_domain)),
+            Some(r) => (Reason::Moving, format!("moving from {} {} to {}/{}", r.kind, r.name, scheduled.provider, scheduled.failure_domain)),
+            None => (Reason::Provisioning, format!("creating the machine on {}/{}", scheduled.provider, scheduled.failure_domain)),
         };
         self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
         self.set(READY, false, reason, note);
         self.status.scheduled = Some(scheduled.clone());
         // The decision is recorded before anything is created for it.
         self.write_status().await.map_err(|e| Blocked { condition: SCHEDULED, ..status_error(e) })?;
-        self.event(false, "Scheduled", "Schedule", message).await;
+        self.event(false, Reason::Scheduled, "Schedule", message).await;
         Ok(scheduled)
     }
 
@@ -443,19 +423,19 @@ impl<'a> Reconcile<'a> {
         api.get_opt(&r.name).await.map_err(api_error)
     }
 
-    async fn move_away(&mut self, current: &InfrastructureRef, old: &DynamicObject, next: &Scheduled) -> Result<Action, Blocked> {
+    async fn move_away(&mut self, current: &InfrastructureRef, old: &DynamicObject, next: &Scheduled) -> Result<Outcome, Blocked> {
         if old.metadata.deletion_timestamp.is_none() {
             let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(current));
             api.delete(&current.name, &DeleteParams::default()).await.map_err(api_error)?;
-            self.event(false, "Moving", "Move", format!("tearing down {} {} before recreating on {}/{}", current.kind, current.name, next.provider, next.failure_domain)).await;
+            self.event(false, Reason::Moving, "Move", format!("tearing down {} {} before recreating on {}/{}", current.kind, current.name, next.provider, next.failure_domain)).await;
         }
         let message = format!("waiting for {} {} to be torn down before moving to {}/{}", current.kind, current.name, next.provider, next.failure_domain);
-        self.set(INFRASTRUCTURE_READY, false, "Moving", message.clone());
-        self.set(READY, false, "Moving", message);
+        self.set(INFRASTRUCTURE_READY, false, Reason::Moving, message.clone());
+        self.set(READY, false, Reason::Moving, message);
         self.status.addresses.clear();
         self.status.phase = None;
         // The old Machine's deletion event brings the VM back.
-        Ok(Action::await_change())
+        Ok(Outcome::AwaitChange)
     }
 
     async fn apply_machine(
@@ -474,7 +454,7 @@ impl<'a> Reconcile<'a> {
             .sources
             .iter()
             .find(|s| s.provider_class == scheduled.provider_class)
-            .ok_or_else(|| blocked(SCHEDULED, "NoImageSource", format!("VMImage {:?} has no source for class {:?}", image.name_any(), scheduled.provider_class)))?;
+            .ok_or_else(|| blocked(SCHEDULED, Reason::NoImageSource, format!("VMImage {:?} has no source for class {:?}", image.name_any(), scheduled.provider_class)))?;
         let mut image_map = BTreeMap::new();
         for (k, v) in [("template", &source.template), ("backingFile", &source.backing_file), ("url", &source.url), ("checksum", &source.checksum)] {
             if let Some(v) = v {
@@ -507,7 +487,7 @@ impl<'a> Reconcile<'a> {
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
             },
         };
-        let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, "Internal", "VM has no uid"))?;
+        let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
         let body = serde_json::json!({
             "apiVersion": resource.api_version,
             "kind": resource.kind,
@@ -532,9 +512,9 @@ impl<'a> Reconcile<'a> {
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
         api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
-            let (reason, message) = match crate::api_failure(&e) {
-                ("Forbidden", message) => ("Forbidden", message),
-                (_, message) => ("MachineApplyFailed", message),
+            let (reason, message) = match Reason::of_api(&e) {
+                (Reason::Forbidden, message) => (Reason::Forbidden, message),
+                (_, message) => (Reason::MachineApplyFailed, message),
             };
             blocked(INFRASTRUCTURE_READY, reason, format!("applying {} {}: {message}", resource.kind, self.name)).retrying()
         })
@@ -553,10 +533,11 @@ impl<'a> Reconcile<'a> {
         }
         let (ready, reason, message) = match conditions::get(&st.conditions, READY) {
             Some(c) => (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message)),
-            None => (false, "WaitingForInfrastructure".to_string(), format!("{} {} has not reported yet", target.kind, target.name)),
+            None => (false, Reason::WaitingForInfrastructure.to_string(), format!("{} {} has not reported yet", target.kind, target.name)),
         };
-        self.set(INFRASTRUCTURE_READY, ready, &reason, message.clone());
-        self.set(READY, ready, &reason, message);
+        // The Machine's words, as it said them.
+        conditions::set_reported(&mut self.status.conditions, INFRASTRUCTURE_READY, ready, &reason, message.clone(), self.generation);
+        conditions::set_reported(&mut self.status.conditions, READY, ready, &reason, message, self.generation);
     }
 
     async fn set_machine_paused(&self, paused: bool) -> Result<(), Error> {
@@ -569,14 +550,14 @@ impl<'a> Reconcile<'a> {
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(r));
         api.patch(&r.name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: value}}})))
             .await?;
-        self.event(false, if paused { "Paused" } else { "Resumed" }, "Pause", format!("{} {} is {}", r.kind, r.name, if paused { "paused" } else { "reconciled again" })).await;
+        self.event(false, if paused { Reason::Paused } else { Reason::Resumed }, "Pause", format!("{} {} is {}", r.kind, r.name, if paused { "paused" } else { "reconciled again" })).await;
         Ok(())
     }
 
     /// Delete the Machine, wait for it to be gone (its finalizer removes the backend VM), then let the VM go.
-    async fn delete(mut self) -> Result<Action, Error> {
+    async fn delete(mut self) -> Result<Outcome, Error> {
         if !finalizer::has(self.vm, FINALIZER) {
-            return Ok(Action::await_change());
+            return Ok(Outcome::AwaitChange);
         }
         if let Some(r) = self.status.infrastructure_ref.clone() {
             match self.get_machine(&r).await {
@@ -585,19 +566,19 @@ impl<'a> Reconcile<'a> {
                     if m.metadata.deletion_timestamp.is_none() {
                         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
                         api.delete(&r.name, &DeleteParams::default()).await?;
-                        self.event(false, "Deleting", "Delete", format!("deleting {} {}", r.kind, r.name)).await;
+                        self.event(false, Reason::Deleting, "Delete", format!("deleting {} {}", r.kind, r.name)).await;
                     }
                     let message = format!("waiting for {} {} (and its backend VM) to be deleted", r.kind, r.name);
-                    self.set(READY, false, "Deleting", message.clone());
-                    self.set(INFRASTRUCTURE_READY, false, "Deleting", message);
+                    self.set(READY, false, Reason::Deleting, message.clone());
+                    self.set(INFRASTRUCTURE_READY, false, Reason::Deleting, message);
                     self.write_status().await?;
-                    return Ok(Action::await_change());
+                    return Ok(Outcome::AwaitChange);
                 }
                 Ok(None) => {}
             }
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
-        Ok(Action::await_change())
+        Ok(Outcome::AwaitChange)
     }
 
     async fn write_status(&mut self) -> Result<(), Error> {
@@ -618,12 +599,12 @@ impl Blocked {
 fn status_error(e: Error) -> Blocked {
     match e {
         Error::Kube(e) => api_error(e),
-        Error::Other(message) => Blocked { condition: READY, reason: "APIError", message, retry: true },
+        Error::Other(message) => Blocked { condition: READY, reason: Reason::APIError, message, retry: true },
     }
 }
 
 fn api_error(e: kube::Error) -> Blocked {
-    let (reason, message) = crate::api_failure(&e);
+    let (reason, message) = Reason::of_api(&e);
     Blocked { condition: READY, reason, message, retry: true }
 }
 

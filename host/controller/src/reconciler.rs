@@ -1,0 +1,145 @@
+//! The one way banlieue writes a reconciler. A role's reconcile function decides an
+//! [`Outcome`]; its [`Frame`] times it for the metrics, keeps the object's backoff
+//! (grown on each retry, reset when the object settles, forgotten when it leaves the
+//! cache), and turns the outcome into the controller runtime's next look. Status is
+//! written with [`crate::status::write`], which sends nothing when nothing changed.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::Resource;
+
+use crate::{Context, Error};
+
+/// Backoff of retried objects: 1 s, 2 s, 4 s … capped here.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What a reconcile decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Settled; look again after this long (or on a change).
+    Requeue(Duration),
+    /// Settled until something it watches changes.
+    AwaitChange,
+    /// Blocked by something that may clear by itself (a backend down, a Secret not there
+    /// yet): look again after the object's backoff.
+    Retry,
+}
+
+/// The scaffolding one controller shares between its reconciles.
+pub struct Frame<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Clone + Eq + Hash,
+{
+    pub ctx: Arc<Context>,
+    /// The controller's name in metrics and logs (`virtualmachine`, `machine`, …).
+    name: &'static str,
+    cache: Store<K>,
+    dyntype: K::DynamicType,
+    backoff: Mutex<HashMap<ObjectRef<K>, u32>>,
+}
+
+impl<K> Frame<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Clone + Eq + Hash,
+{
+    /// A frame over the controller's cache (`Controller::store()`).
+    pub fn new(ctx: Arc<Context>, name: &'static str, cache: Store<K>, dyntype: K::DynamicType) -> Self {
+        Frame { ctx, name, cache, dyntype, backoff: Mutex::default() }
+    }
+
+    /// Run one reconcile of `obj` and decide the next look.
+    pub async fn reconcile(&self, obj: &K, work: impl Future<Output = Result<Outcome, Error>>) -> Result<Action, Error> {
+        let start = Instant::now();
+        let result = work.await;
+        self.ctx.metrics.reconciled(self.name, start.elapsed(), result.as_ref().err().map(|_| "Error"));
+        let key = ObjectRef::from_obj_with(obj, self.dyntype.clone());
+        Ok(match result? {
+            Outcome::Requeue(after) => {
+                self.settled(&key);
+                Action::requeue(after)
+            }
+            Outcome::AwaitChange => {
+                self.settled(&key);
+                Action::await_change()
+            }
+            Outcome::Retry => Action::requeue(self.retry(key)),
+        })
+    }
+
+    /// The controller runtime's error policy: log, and retry with the object's backoff.
+    pub fn error_policy(&self, obj: &K, err: &Error) -> Action {
+        tracing::warn!(controller = self.name, object = %crate::key(obj), error = %err, "reconcile failed");
+        Action::requeue(self.retry(ObjectRef::from_obj_with(obj, self.dyntype.clone())))
+    }
+
+    fn settled(&self, key: &ObjectRef<K>) {
+        self.lock().remove(key);
+    }
+
+    fn retry(&self, key: ObjectRef<K>) -> Duration {
+        let mut backoff = self.lock();
+        // Objects deleted while backing off are forgotten here, so the map stays small.
+        backoff.retain(|k, _| self.cache.get(k).is_some());
+        let n = backoff.entry(key).or_insert(0);
+        *n = (*n + 1).min(10);
+        backoff_after(*n)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, u32>> {
+        self.backoff.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The wait before the `n`th retry in a row.
+pub fn backoff_after(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(MAX_BACKOFF)
+}
+
+/// A hash of what a reconcile acts on: the spec (generation), labels, annotations,
+/// finalizers and deletion. Used as a predicate so a reconciler's own status writes
+/// do not wake it again.
+pub fn acted_on<K: Resource>(obj: &K) -> Option<u64> {
+    let meta = obj.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn backoff_doubles_from_one_second_to_the_cap() {
+        let waits: Vec<u64> = (1..=10).map(|n| backoff_after(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(backoff_after(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn status_changes_do_not_count_as_acted_on() {
+        let mut cm = ConfigMap { metadata: ObjectMeta { name: Some("a".into()), generation: Some(1), ..Default::default() }, ..Default::default() };
+        let before = acted_on(&cm);
+        cm.metadata.resource_version = Some("42".into());
+        cm.metadata.managed_fields = Some(vec![]);
+        assert_eq!(acted_on(&cm), before, "a new resourceVersion alone (a status write) is not acted on");
+        cm.metadata.generation = Some(2);
+        assert_ne!(acted_on(&cm), before);
+        let generation_two = acted_on(&cm);
+        cm.metadata.finalizers = Some(vec!["x".into()]);
+        assert_ne!(acted_on(&cm), generation_two);
+    }
+}
