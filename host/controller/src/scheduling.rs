@@ -210,3 +210,119 @@ fn anti_affinity(r: &banlieue_api::vm::AntiAffinityRule) -> AntiAffinity {
         weight: r.weight.max(0) as u32,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn provider(name: &str, ready: bool, domains: Value) -> Arc<Provider> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": name, "namespace": "team", "labels": {"site": name}},
+                "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"},
+                         "capabilities": {"storageClasses": {"fast": "pool"}, "networkClasses": {"lan": "default"}}},
+                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "Probed", "message": "",
+                                           "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                           "failureDomains": domains}
+            }))
+            .expect("provider"),
+        )
+    }
+
+    fn domain(name: &str, zone: &str, features: &[&str]) -> Value {
+        json!({"name": name, "labels": {"zone": zone}, "capacity": {"cpus": 8, "memoryMiB": 16384, "storageGiB": 100},
+               "storageClasses": ["fast"], "networkClasses": ["lan"], "features": features})
+    }
+
+    fn class(features: &[&str]) -> VMClass {
+        serde_json::from_value(json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
+            "spec": {"cpus": 2, "memoryMiB": 2048, "features": features,
+                     "disks": [{"name": "root", "sizeGiB": 10, "storageClass": "fast"}, {"name": "data", "sizeGiB": 5, "storageClass": "fast"}],
+                     "nics": [{"name": "eth0", "networkClass": "lan"}]}
+        }))
+        .expect("class")
+    }
+
+    fn vm(name: &str, labels: Value, placement: Value, scheduled: Option<(&str, &str)>) -> Arc<VirtualMachine> {
+        let mut v = json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}"), "labels": labels},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}, "placement": placement}
+        });
+        if let Some((p, fd)) = scheduled {
+            v["status"] = json!({"scheduled": {"provider": p, "failureDomain": fd, "providerClass": "libvirt"}});
+        }
+        Arc::new(serde_json::from_value(v).expect("vm"))
+    }
+
+    fn libvirt() -> BTreeSet<String> {
+        BTreeSet::from(["libvirt".to_string()])
+    }
+
+    fn names(c: &Candidates) -> Vec<String> {
+        c.candidates.iter().map(|c| format!("{}/{}", c.provider, c.failure_domain)).collect()
+    }
+
+    #[test]
+    fn hard_constraints_filter_and_say_why() {
+        let providers = [
+            provider("a", true, json!([domain("a1", "z1", &["gpu"]), domain("a2", "z2", &[])])),
+            provider("b", false, json!([domain("b1", "z1", &["gpu"])])),
+        ];
+        let me = vm("web", json!({}), json!({}), None);
+        let found = candidates(&me, &class(&["gpu"]), &libvirt(), &providers, &[me.clone()], true).unwrap();
+        assert_eq!(names(&found), ["team/a/a1"]);
+        assert!(found.excluded.iter().any(|w| w == "a/a2 lacks feature \"gpu\""), "{:?}", found.excluded);
+        assert!(found.excluded.iter().any(|w| w.starts_with("Provider b is not ready")), "{:?}", found.excluded);
+        // A backend blip is no reason to move a running VM: without `require_ready`, b counts.
+        let holding = candidates(&me, &class(&["gpu"]), &libvirt(), &providers, &[], false).unwrap();
+        assert_eq!(names(&holding), ["team/a/a1", "team/b/b1"]);
+        // No image source for the class: nothing, with the reason.
+        let none = candidates(&me, &class(&[]), &BTreeSet::new(), &providers, &[], true).unwrap();
+        assert!(none.candidates.is_empty() && none.excluded.iter().all(|w| w.contains("no source")), "{:?}", none.excluded);
+    }
+
+    #[test]
+    fn selectors_and_provider_ref_narrow_the_choice() {
+        let providers = [provider("a", true, json!([domain("a1", "z1", &[]), domain("a2", "z2", &[])])), provider("b", true, json!([domain("b1", "z1", &[])]))];
+        let by_ref = vm("web", json!({}), json!({"providerRef": {"name": "b"}}), None);
+        assert_eq!(names(&candidates(&by_ref, &class(&[]), &libvirt(), &providers, &[], true).unwrap()), ["team/b/b1"]);
+        let by_zone = vm("web", json!({}), json!({"failureDomainSelector": {"matchLabels": {"zone": "z2"}}}), None);
+        assert_eq!(names(&candidates(&by_zone, &class(&[]), &libvirt(), &providers, &[], true).unwrap()), ["team/a/a2"]);
+        let by_site = vm("web", json!({}), json!({"providerSelector": {"matchLabels": {"site": "a"}}}), None);
+        assert_eq!(names(&candidates(&by_site, &class(&[]), &libvirt(), &providers, &[], true).unwrap()), ["team/a/a1", "team/a/a2"]);
+    }
+
+    #[test]
+    fn required_anti_affinity_excludes_a_shared_topology_value() {
+        let providers = [provider("a", true, json!([domain("a1", "z1", &[]), domain("a2", "z1", &[]), domain("a3", "z2", &[])]))];
+        let rule = json!({"antiAffinity": [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}, "mode": "Required"}]});
+        let me = vm("db-1", json!({"app": "db"}), rule, None);
+        let other = vm("db-0", json!({"app": "db"}), json!({}), Some(("a", "a1")));
+        let unrelated = vm("web", json!({"app": "web"}), json!({}), Some(("a", "a3")));
+        let found = candidates(&me, &class(&[]), &libvirt(), &providers, &[me.clone(), other, unrelated], true).unwrap();
+        assert_eq!(names(&found), ["team/a/a3"], "z1 holds db-0: both of its domains are out");
+        assert!(found.excluded.iter().any(|w| w.contains("shares zone=z1 with db-0")), "{:?}", found.excluded);
+        let a3 = &found.candidates[0];
+        assert_eq!((a3.vm_count, a3.vms.len()), (1, 1), "the web VM is counted where it is");
+        assert!(still_valid(&Scheduled { provider: "a".into(), failure_domain: "a3".into(), ..Default::default() }, &found, "team"));
+        assert!(!still_valid(&Scheduled { provider: "a".into(), failure_domain: "a1".into(), ..Default::default() }, &found, "team"));
+    }
+
+    #[test]
+    fn the_request_sums_disks_and_lists_each_class_once() {
+        let me = vm("web", json!({"tier": "gold"}), json!({"antiAffinity": [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]}, "mode": "Preferred", "weight": 50}]}), None);
+        let r = request(&me, &class(&[]), &BTreeMap::from([("weights".to_string(), json!({"spread": 2}))]));
+        assert_eq!((r.class.cpus, r.class.memory_mib, r.class.storage_gib), (2, 2048, 15));
+        assert_eq!(r.class.storage_classes, ["fast"]);
+        assert_eq!(r.parameters, r#"{"weights":{"spread":2}}"#);
+        let rule = &r.anti_affinity[0];
+        assert!(!rule.required && rule.weight == 50 && rule.topology_key == "zone");
+        assert_eq!(rule.selector.len(), 2);
+        assert!(matches!(rule.selector[1].op, SelectorOp::NotIn) && rule.selector[1].values == ["dev"]);
+    }
+}
