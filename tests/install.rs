@@ -124,7 +124,7 @@ fn granted(rules: &Value) -> BTreeSet<(String, String, String)> {
 
 /// A libvirt ProviderClass (and one with a kind of its own), a PlacementPolicy, a VMClass,
 /// a VMImage, a Provider on `test:///default`, a user-data Secret and one nothing
-/// references, and VM `web`.
+/// references, a one-member pool `fleet` and VM `web`.
 fn fixtures(ns: &str) -> Vec<Value> {
     vec![
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
@@ -147,6 +147,10 @@ fn fixtures(ns: &str) -> Vec<Value> {
         // In the same namespace, referenced by nothing: no role may read it.
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bystander", "namespace": ns},
                "stringData": {"password": "not banlieue's"}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "fleet", "namespace": ns},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "fleet"}},
+                        "template": {"metadata": {"labels": {"app": "fleet"}},
+                                     "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")}}}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
                "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
                         "userData": {"name": "web-user-data", "key": "user-data"}}}),
@@ -196,6 +200,16 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
     vms.delete("web", &DeleteParams::default()).await?;
     await_deleted(&vms, "web").await?;
     assert_eq!(state(&domain).await?, None, "the domain is gone");
+
+    // The pool made its member, and scaled to zero deletes it.
+    let pools: Api<banlieue_api::VirtualMachinePool> = Api::namespaced(env.client.clone(), ns);
+    let members = |n: i32| {
+        move |p: Option<&banlieue_api::VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == n && s.ready_replicas == n)
+    };
+    wait_for(&pools, "fleet", 90, "1 Ready member", members(1)).await?;
+    pools.patch("fleet", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await?;
+    wait_for(&pools, "fleet", 60, "no member", members(0)).await?;
+    await_deleted(&vms, "fleet-0").await?;
 
     // Each role found all its permissions at start-up.
     for (role, ctx) in &cp.roles {

@@ -210,9 +210,9 @@ pub struct InfrastructureRef {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachinePoolSpec {
-    /// Desired number of VMs.
+    /// Desired number of VMs (at most 1000 per pool).
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 1000))]
     pub replicas: i32,
     /// Selects the pool's VMs; must match the template's labels.
     pub selector: LabelSelector,
@@ -227,6 +227,34 @@ pub struct VirtualMachinePoolSpec {
     /// Overrides the class's placement policy for members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_policy_ref: Option<NameRef>,
+    /// Make no change to members (no scaling, no update, no healing); status is still reported.
+    #[serde(default)]
+    pub paused: bool,
+    /// Replace members that do not become Ready in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_healing: Option<AutoHealing>,
+}
+
+/// Replacing members that do not become Ready.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoHealing {
+    /// How long a member may stay not Ready (since it was made, or since it was last Ready).
+    #[serde(default = "default_not_ready_timeout")]
+    #[schemars(range(min = 1))]
+    pub not_ready_timeout_seconds: u32,
+    /// Replacements made for one template revision before the pool stops replacing and
+    /// reports `ReplicaFailure` (a broken template does not churn).
+    #[serde(default = "default_max_replacements")]
+    pub max_replacements: u32,
+}
+
+fn default_not_ready_timeout() -> u32 {
+    600
+}
+
+fn default_max_replacements() -> u32 {
+    3
 }
 
 fn default_replicas() -> i32 {
@@ -316,4 +344,10 @@ pub struct VirtualMachinePoolStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The template revision members are made from now (label `banlieue.io/pool-revision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// Members replaced by auto-healing for the current revision.
+    #[serde(default)]
+    pub replaced: i32,
 }

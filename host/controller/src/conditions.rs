@@ -48,6 +48,11 @@ fn put(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str,
     }
 }
 
+/// Remove condition `type_` (one that only exists while something is wrong).
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
 /// Is condition `type_` True?
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions.iter().any(|c| c.type_ == type_ && c.status == "True")

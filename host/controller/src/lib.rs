@@ -19,6 +19,7 @@ pub mod machine;
 pub mod metrics;
 pub mod operator;
 pub mod permissions;
+pub mod pool;
 pub mod provider;
 pub mod reasons;
 pub mod reconciler;
@@ -284,7 +285,7 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
                 match role {
                     Role::Operator => operator::run(ctx.clone(), stopped()).await,
                     Role::Provider => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
-                    Role::Controller => vm::run(ctx.clone(), stopped()).await,
+                    Role::Controller => futures::future::try_join(vm::run(ctx.clone(), stopped()), pool::run(ctx.clone(), stopped())).await.map(|_| ()),
                 }
             };
             let role = role.name();

@@ -69,8 +69,10 @@ const INFRASTRUCTURE: &str = "infrastructure.banlieue.io";
 pub fn cluster_rules(role: Role) -> Vec<Rule> {
     let mut rules = match role {
         Role::Controller => vec![
-            rule(BANLIEUE, &["virtualmachines"], &["list", "watch", "patch"]),
-            rule(BANLIEUE, &["virtualmachines/status"], &["patch"]),
+            // Pools create (apply) and delete their members.
+            rule(BANLIEUE, &["virtualmachines"], &["list", "watch", "create", "patch", "delete"]),
+            rule(BANLIEUE, &["virtualmachines/status", "virtualmachinepools/status"], &["patch"]),
+            rule(BANLIEUE, &["virtualmachinepools"], WATCH),
             // Read from caches; a class's PlacementPolicy is fetched when a VM is placed.
             rule(BANLIEUE, &["vmclasses", "vmimages", "providers", "providerclasses"], WATCH),
             rule(BANLIEUE, &["placementpolicies"], READ),

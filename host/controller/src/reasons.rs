@@ -51,6 +51,8 @@ reasons! {
     Unsigned, VerificationFailed, InvalidArtifact, FetchFailed, SourceInvalid, PullSecretInvalid,
     CapabilitiesNotAllowed, NotLoaded, CRDInstallFailed, InvalidComponent, IncompatibleContract,
     ForbiddenImport, CPUBudgetExceeded, MemoryLimitExceeded, Trapped, Busy,
+    // Pools.
+    AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.
     Forbidden, APIError, MachineApplyFailed, Internal,
 }

@@ -1,0 +1,315 @@
+//! VirtualMachinePools end to end on libvirt's test driver: scaling in the documented
+//! order, protected members, rolling updates within their bounds (watched, not
+//! sampled), replacement of deleted and never-Ready members, and deletion with nothing
+//! left on the backend. Against the embedded server or `BANLIEUE_TEST_KUBECONFIG`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use banlieue_api::{VirtualMachine, VirtualMachinePool};
+use banlieue_controller::pool::{plan, POOL_LABEL, REVISION_LABEL};
+use banlieue_libvirt::Libvirt;
+use banlieue_tests::control::{apply, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::{await_deleted, within, TestEnv};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const HOST_A: &str = "test:///default";
+
+/// The libvirt class, a VMClass, two VMImages and Providers `a` (test:///default) and
+/// `b` (a second test host); returns host b's URI.
+async fn fixtures(env: &TestEnv) -> anyhow::Result<String> {
+    let ns = &env.ns;
+    let host_b = libvirt_test_node(env.dir(), "host-b", 16, 64, 500)?;
+    let mut objects = vec![
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+    ];
+    for image in ["debian", "debian-next"] {
+        objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-{image}")},
+                            "spec": {"sources": [{"providerClass": "libvirt", "backingFile": format!("/var/lib/images/{image}.qcow2")}]}}));
+    }
+    for (name, uri) in [("a", HOST_A), ("b", host_b.as_str())] {
+        objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": ns},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}));
+    }
+    for object in objects {
+        apply(&env.client, object).await?;
+    }
+    Ok(host_b)
+}
+
+fn pool(env: &TestEnv, name: &str, replicas: i32, extra: Value) -> Value {
+    let ns = &env.ns;
+    let mut spec = json!({
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}},
+                     "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")}}},
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+fn ready(vm: &VirtualMachine) -> bool {
+    vm.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn members(env: &TestEnv, pool: &str) -> anyhow::Result<Vec<VirtualMachine>> {
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    Ok(vms.list(&ListParams::default().labels(&format!("{POOL_LABEL}={pool}"))).await?.items)
+}
+
+/// Wait until the pool reports `n` members, all Ready and on the current revision.
+async fn settled(env: &TestEnv, name: &str, n: i32) -> anyhow::Result<VirtualMachinePool> {
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    wait_for(&pools, name, 90, &format!("{n} Ready members"), move |p: Option<&VirtualMachinePool>| {
+        p.and_then(|p| Some((p.metadata.generation, p.status.as_ref()?)))
+            .is_some_and(|(g, s)| s.observed_generation == g && s.replicas == n && s.ready_replicas == n && s.updated_replicas == n)
+    })
+    .await
+}
+
+async fn domains(libvirt: &Libvirt, ns: &str) -> anyhow::Result<BTreeSet<String>> {
+    let prefix = format!("{ns}_");
+    Ok(libvirt.domain_list().await?.into_iter().map(|d| d.name).filter(|n| n.starts_with(&prefix)).collect())
+}
+
+async fn scale(env: &TestEnv, name: &str, replicas: i32) -> anyhow::Result<()> {
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    pools.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}}))).await?;
+    Ok(())
+}
+
+fn as_planned(vm: &VirtualMachine) -> plan::Member {
+    plan::Member {
+        name: vm.name_any(),
+        revision: vm.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
+        ready: ready(vm),
+        failure_domain: vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| format!("{}/{}", s.provider, s.failure_domain)),
+        created: vm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or_default(),
+        protected: vm.annotations().get("banlieue.io/protected").is_some_and(|v| v == "true"),
+    }
+}
+
+#[tokio::test]
+async fn scaling_out_spreads_and_scaling_in_follows_the_documented_order_sparing_protected_members() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-scale").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    let host_b = fixtures(&env).await?;
+    let (a, b) = (cp.ctx.libvirt.get(HOST_A).await?, cp.ctx.libvirt.get(&host_b).await?);
+
+    apply(&env.client, pool(&env, "web", 0, json!({}))).await?;
+    settled(&env, "web", 0).await?;
+    scale(&env, "web", 5).await?;
+    let web = settled(&env, "web", 5).await?;
+    assert!(web.status.as_ref().and_then(|s| s.selector.as_deref()) == Some("app=web"), "the scale subresource's selector");
+    let now = members(&env, "web").await?;
+    let names: BTreeSet<String> = now.iter().map(|vm| vm.name_any()).collect();
+    assert_eq!(names, (0..5).map(|i| format!("web-{i}")).collect::<BTreeSet<_>>());
+    assert!(now.iter().all(|vm| vm.owner_references().iter().any(|o| o.kind == "VirtualMachinePool" && o.controller == Some(true))));
+    // Spread by default: both hosts hold members, and the backends agree.
+    let (on_a, on_b) = (domains(&a, &env.ns).await?.len(), domains(&b, &env.ns).await?.len());
+    assert_eq!(on_a + on_b, 5);
+    assert!(on_a >= 2 && on_b >= 2, "spread across failure domains: {on_a} on a, {on_b} on b");
+
+    // Protect the member the order would take first; scale to 2.
+    let planned: Vec<plan::Member> = now.iter().map(as_planned).collect();
+    let first = plan::scale_in(&planned, 4)[0].clone();
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    vms.patch(&first, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"banlieue.io/protected": "true"}}}))).await?;
+    let planned: Vec<plan::Member> = members(&env, "web").await?.iter().map(as_planned).collect();
+    let expected: BTreeSet<String> = plan::scale_in(&planned, 2).into_iter().collect();
+    assert!(!expected.contains(&first) && expected.len() == 3);
+    scale(&env, "web", 2).await?;
+    settled(&env, "web", 2).await?;
+    for gone in &expected {
+        await_deleted(&vms, gone).await?;
+    }
+    let left: BTreeSet<String> = members(&env, "web").await?.iter().map(|vm| vm.name_any()).collect();
+    assert!(left.contains(&first), "the protected member stays: {left:?}");
+    assert_eq!(left.len(), 2);
+    let (on_a, on_b) = (domains(&a, &env.ns).await?, domains(&b, &env.ns).await?);
+    assert_eq!(on_a.len() + on_b.len(), 2, "the backends hold the two members left");
+    // Each deletion is an event on the pool saying why.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let said: Vec<String> = events
+        .list(&ListParams::default().fields("involvedObject.kind=VirtualMachinePool"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ScaledIn"))
+        .filter_map(|e| e.message)
+        .collect();
+    for gone in &expected {
+        assert!(said.iter().any(|m| m == &format!("deleted {gone} (scale in)")), "{said:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rolling_update_replaces_every_member_within_max_unavailable() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-roll").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let strategy = json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}});
+    apply(&env.client, pool(&env, "db", 3, strategy.clone())).await?;
+    let before = settled(&env, "db", 3).await?;
+    let old_revision = before.status.and_then(|s| s.current_revision).unwrap_or_default();
+
+    // Watch every member from now on, then change the template.
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let list = vms.list(&ListParams::default().labels(&format!("{POOL_LABEL}=db"))).await?;
+    let mut state: BTreeMap<String, (bool, bool)> = list.items.iter().map(|vm| (vm.name_any(), (ready(vm), false))).collect();
+    let rv = list.metadata.resource_version.unwrap_or_default();
+    let mut stream = vms.watch(&WatchParams::default().labels(&format!("{POOL_LABEL}=db")), &rv).await?.boxed();
+    let mut changed = pool(&env, "db", 3, strategy);
+    changed["spec"]["template"]["spec"]["imageRef"]["name"] = json!(format!("{}-debian-next", env.ns));
+    apply(&env.client, changed).await?;
+
+    let mut worst = 0;
+    let mut revisions: BTreeMap<String, String> = BTreeMap::new();
+    within(120, async {
+        while let Some(event) = stream.next().await {
+            let (vm, gone) = match event? {
+                WatchEvent::Added(vm) | WatchEvent::Modified(vm) => (vm, false),
+                WatchEvent::Deleted(vm) => (vm, true),
+                _ => continue,
+            };
+            let name = vm.name_any();
+            if gone {
+                state.remove(&name);
+            } else {
+                state.insert(name.clone(), (ready(&vm), vm.metadata.deletion_timestamp.is_some()));
+                revisions.insert(name, vm.labels().get(REVISION_LABEL).cloned().unwrap_or_default());
+            }
+            // Unavailable: of 3 wanted, how many are not Ready and in service right now.
+            let available = state.values().filter(|(r, deleting)| *r && !*deleting).count();
+            worst = worst.max(3usize.saturating_sub(available));
+            let done = state.len() == 3
+                && state.iter().all(|(n, (r, d))| *r && !*d && revisions.get(n).is_some_and(|rev| rev != &old_revision));
+            if done {
+                return anyhow::Ok(());
+            }
+        }
+        anyhow::bail!("the watch ended")
+    })
+    .await??;
+    assert!(worst <= 1, "at most maxUnavailable=1 member was unavailable during the update; saw {worst}");
+    let after = settled(&env, "db", 3).await?;
+    assert_ne!(after.status.and_then(|s| s.current_revision), Some(old_revision.clone()));
+    for vm in members(&env, "db").await? {
+        assert_eq!(vm.spec.image_ref.name, format!("{}-debian-next", env.ns));
+        assert_ne!(vm.labels().get(REVISION_LABEL), Some(&old_revision));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deleted_member_is_replaced_and_deleting_the_pool_leaves_nothing_behind() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-heal").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    let host_b = fixtures(&env).await?;
+    let (a, b) = (cp.ctx.libvirt.get(HOST_A).await?, cp.ctx.libvirt.get(&host_b).await?);
+    apply(&env.client, pool(&env, "api", 3, json!({}))).await?;
+    settled(&env, "api", 3).await?;
+
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let victim = members(&env, "api").await?[0].clone();
+    vms.delete(&victim.name_any(), &DeleteParams::default()).await?;
+    await_deleted(&vms, &victim.name_any()).await?;
+    settled(&env, "api", 3).await?;
+    let uids: BTreeSet<String> = members(&env, "api").await?.iter().filter_map(|vm| vm.uid()).collect();
+    assert!(!uids.contains(&victim.uid().unwrap_or_default()), "a new member took its place");
+
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    pools.delete("api", &DeleteParams::default()).await?;
+    await_deleted(&pools, "api").await?;
+    within(60, async {
+        loop {
+            if members(&env, "api").await?.is_empty() && domains(&a, &env.ns).await?.is_empty() && domains(&b, &env.ns).await?.is_empty() {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await??;
+    let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", "LibvirtMachine"), "libvirtmachines"),
+    );
+    assert!(machines.list(&ListParams::default()).await?.items.is_empty(), "no Machine is left");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_member_that_never_becomes_ready_is_replaced_at_most_max_replacements_times() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-churn").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    // No Provider is named `nowhere`: members are never placed, for a reason the template
+    // does not state (NoCandidates), so auto-healing replaces them — twice, then stops.
+    let mut broken = pool(&env, "stuck", 1, json!({"autoHealing": {"notReadyTimeoutSeconds": 2, "maxReplacements": 2}}));
+    broken["spec"]["template"]["spec"]["placement"] = json!({"providerRef": {"name": "nowhere"}});
+    apply(&env.client, broken).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let failed = wait_for(&pools, "stuck", 60, "ReplicaFailure AutoHealingLimit", |p: Option<&VirtualMachinePool>| {
+        p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "AutoHealingLimit"))
+    })
+    .await?;
+    let status = failed.status.unwrap_or_default();
+    assert_eq!(status.replaced, 2);
+    // Nothing more happens: the same single member stays, and the count stays at 2.
+    let stuck = members(&env, "stuck").await?;
+    assert_eq!(stuck.len(), 1);
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let replaced = |items: Vec<Event>| items.into_iter().filter(|e| e.message.as_deref().is_some_and(|m| m.ends_with("(not Ready in time)"))).count();
+    assert_eq!(replaced(events.list(&ListParams::default()).await?.items), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_template_naming_a_missing_class_reports_replica_failure_and_makes_nothing_more() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-badclass").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let mut bad = pool(&env, "bad", 3, json!({}));
+    bad["spec"]["template"]["spec"]["classRef"]["name"] = json!("no-such-class");
+    apply(&env.client, bad).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let failed = wait_for(&pools, "bad", 60, "ReplicaFailure ClassNotFound", |p: Option<&VirtualMachinePool>| {
+        p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "ClassNotFound"))
+    })
+    .await?;
+    let c = failed.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "ReplicaFailure").expect("condition");
+    assert!(c.message.contains("no-such-class"), "{}", c.message);
+    // The members made before the first one failed stay; no more come.
+    let count = members(&env, "bad").await?.len();
+    assert!((1..=3).contains(&count));
+    pools.patch("bad", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await?;
+    wait_for(&pools, "bad", 30, "observed", |p: Option<&VirtualMachinePool>| {
+        p.is_some_and(|p| p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation)
+    })
+    .await?;
+    assert_eq!(members(&env, "bad").await?.len(), count, "a broken template makes nothing more");
+    // Out-of-range replicas are refused by the schema.
+    let refused = pools.patch("bad", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1001}}))).await;
+    assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "{refused:?}");
+    let refused = pools.patch("bad", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": -1}}))).await;
+    assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "{refused:?}");
+    Ok(())
+}
