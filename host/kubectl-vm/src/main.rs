@@ -1,0 +1,542 @@
+//! `kubectl vm`: a kubectl plugin (kubectl runs `kubectl-vm` from `PATH`) for banlieue's
+//! VirtualMachines and VirtualMachinePools. It only reads objects and patches their
+//! declarative fields — power state, restart request, pause, replicas — and never talks
+//! to a backend: banlieue's controllers do the rest.
+//!
+//! Exit codes scripts can rely on: 0 done; 1 an API or other error; 2 bad usage;
+//! 3 no such VM or pool; 4 refused (the VM is paused or being deleted); 5 `--wait` timed
+//! out; 6 banlieue is not installed on the cluster.
+
+mod output;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use banlieue_api::{VirtualMachine, VirtualMachinePool};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+
+use output::{Format, Paint};
+
+#[derive(Parser)]
+#[command(name = "kubectl vm", bin_name = "kubectl vm", version, about = "Work with banlieue VirtualMachines and pools")]
+struct Cli {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Namespace (default: the context's, then `default`).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    /// List across all namespaces.
+    #[arg(short = 'A', long, global = true)]
+    all_namespaces: bool,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum)]
+    output: Option<Format>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List VMs: ready, power, provider, age (`-o wide`: failure domain, phase, addresses).
+    List,
+    /// A VM's conditions and recent events.
+    Status { name: String },
+    /// Power a VM on.
+    Start {
+        name: String,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Power a VM off.
+    Stop {
+        name: String,
+        /// How: `hard` (power off now), `soft` (ACPI shutdown), `try-soft` (soft, then hard after the class's timeout).
+        #[arg(long, value_enum)]
+        mode: Option<StopMode>,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Restart a VM once.
+    Restart {
+        name: String,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Stop reconciling a VM (its backend VM is left as it is).
+    Pause { name: String },
+    /// Reconcile a paused VM again.
+    Unpause { name: String },
+    /// List pools: desired, current, ready and updated members.
+    Pools,
+    /// Set a pool's number of members.
+    Scale {
+        pool: String,
+        replicas: i32,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Print a shell completion script.
+    Completion { shell: clap_complete::Shell },
+}
+
+#[derive(clap::Args, Clone, Copy)]
+struct Wait {
+    /// Wait until the VM (or pool) gets there, showing what is awaited.
+    #[arg(long)]
+    wait: bool,
+    /// Give up waiting after this many seconds (exit code 5).
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StopMode {
+    Hard,
+    Soft,
+    TrySoft,
+}
+
+impl StopMode {
+    fn api(self) -> &'static str {
+        match self {
+            StopMode::Hard => "Hard",
+            StopMode::Soft => "Soft",
+            StopMode::TrySoft => "TrySoft",
+        }
+    }
+}
+
+/// Why the plugin stops, with its exit code.
+#[derive(Debug)]
+enum Failure {
+    NotFound(String),
+    Refused(String),
+    TimedOut(String),
+    NotInstalled,
+    Other(anyhow::Error),
+}
+
+impl Failure {
+    fn code(&self) -> i32 {
+        match self {
+            Failure::Other(_) => 1,
+            Failure::NotFound(_) => 3,
+            Failure::Refused(_) => 4,
+            Failure::TimedOut(_) => 5,
+            Failure::NotInstalled => 6,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotFound(m) | Failure::Refused(m) | Failure::TimedOut(m) => f.write_str(m),
+            Failure::NotInstalled => f.write_str(
+                "banlieue is not installed on this cluster (no virtualmachines.banlieue.io CRD); install it with `kubectl apply -k deploy/`",
+            ),
+            Failure::Other(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        match &e {
+            // The resource itself is not served: the CRD is missing.
+            kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_none_or(|d| d.name.is_empty()) => Failure::NotInstalled,
+            _ => Failure::Other(e.into()),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Other(e)
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    if let Command::Completion { shell } = cli.command {
+        clap_complete::generate(shell, &mut Cli::command(), "kubectl-vm", &mut std::io::stdout());
+        return;
+    }
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e}");
+        std::process::exit(e.code());
+    }
+}
+
+struct Target {
+    client: kube::Client,
+    namespace: String,
+    all: bool,
+    format: Format,
+    paint: Paint,
+}
+
+impl Target {
+    fn vms(&self) -> Api<VirtualMachine> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+    fn pools(&self) -> Api<VirtualMachinePool> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+async fn connect(cli: &Cli) -> Result<Target> {
+    let options = kube::config::KubeConfigOptions { context: cli.context.clone(), ..Default::default() };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(anyhow::Error::from)?
+        }
+        None => kube::Config::from_kubeconfig(&options).await.map_err(anyhow::Error::from)?,
+    };
+    let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config).map_err(anyhow::Error::from)?;
+    let format = cli.output.unwrap_or(Format::Table);
+    Ok(Target { client, namespace, all: cli.all_namespaces, format, paint: Paint::new(std::io::stdout().is_terminal()) })
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let t = connect(&cli).await?;
+    match cli.command {
+        Command::List => list(&t).await,
+        Command::Status { name } => status(&t, &name).await,
+        Command::Start { name, wait } => {
+            let vm = writable(&t, &name).await?;
+            set_spec(&t, &name, json!({"desiredPowerState": "PoweredOn"})).await?;
+            println!("virtualmachine/{name} starting");
+            let _ = vm;
+            if wait.wait {
+                await_vm(&t, &name, wait, "Ready and PoweredOn", |vm| power(vm) == Some("PoweredOn") && ready(vm)).await?;
+            }
+            Ok(())
+        }
+        Command::Stop { name, mode, wait } => {
+            writable(&t, &name).await?;
+            let mut spec = json!({"desiredPowerState": "PoweredOff"});
+            if let Some(mode) = mode {
+                spec["powerOffMode"] = json!(mode.api());
+            }
+            set_spec(&t, &name, spec).await?;
+            println!("virtualmachine/{name} stopping");
+            if wait.wait {
+                await_vm(&t, &name, wait, "PoweredOff", |vm| power(vm) == Some("PoweredOff") && ready(vm)).await?;
+            }
+            Ok(())
+        }
+        Command::Restart { name, wait } => {
+            writable(&t, &name).await?;
+            let at = k8s_openapi::jiff::Timestamp::now().to_string();
+            set_spec(&t, &name, json!({"restartRequestedAt": at})).await?;
+            println!("virtualmachine/{name} restarting");
+            if wait.wait {
+                let what = format!("the restart requested at {at}");
+                await_vm(&t, &name, wait, &what, move |vm| {
+                    vm.status.as_ref().and_then(|s| s.last_restart_requested_at.as_deref()) == Some(at.as_str()) && ready(vm)
+                })
+                .await?;
+            }
+            Ok(())
+        }
+        Command::Pause { name } => pause(&t, &name, true).await,
+        Command::Unpause { name } => pause(&t, &name, false).await,
+        Command::Pools => pools(&t).await,
+        Command::Scale { pool, replicas, wait } => scale(&t, &pool, replicas, wait).await,
+        Command::Completion { .. } => Ok(()),
+    }
+}
+
+/// The VM, or why it cannot be acted on: unknown (with the names closest to it), being
+/// deleted, or paused.
+async fn writable(t: &Target, name: &str) -> Result<VirtualMachine> {
+    let vm = get_vm(t, name).await?;
+    if vm.metadata.deletion_timestamp.is_some() {
+        return Err(Failure::Refused(format!("virtualmachine {name:?} is being deleted")));
+    }
+    if vm.spec.paused {
+        return Err(Failure::Refused(format!("virtualmachine {name:?} is paused: `kubectl vm unpause {name}` first")));
+    }
+    Ok(vm)
+}
+
+async fn get_vm(t: &Target, name: &str) -> Result<VirtualMachine> {
+    match t.vms().get_opt(name).await? {
+        Some(vm) => Ok(vm),
+        None => {
+            let names: Vec<String> = t.vms().list(&ListParams::default()).await?.items.iter().map(|vm| vm.name_any()).collect();
+            Err(Failure::NotFound(not_found("virtualmachine", name, &t.namespace, &names)))
+        }
+    }
+}
+
+/// `virtualmachine "wbe" not found in namespace "team"; did you mean web?`
+fn not_found(kind: &str, name: &str, namespace: &str, names: &[String]) -> String {
+    let mut close: Vec<(usize, &String)> =
+        names.iter().map(|n| (strsim::levenshtein(n, name), n)).filter(|(d, n)| *d <= 2.max(name.len() / 3) || n.starts_with(name)).collect();
+    close.sort();
+    let mut message = format!("{kind} {name:?} not found in namespace {namespace:?}");
+    if !close.is_empty() {
+        let list: Vec<&str> = close.iter().take(3).map(|(_, n)| n.as_str()).collect();
+        message.push_str(&format!("; did you mean {}?", list.join(", ")));
+    }
+    message
+}
+
+async fn set_spec(t: &Target, name: &str, spec: serde_json::Value) -> Result<()> {
+    t.vms().patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await?;
+    Ok(())
+}
+
+async fn pause(t: &Target, name: &str, paused: bool) -> Result<()> {
+    let vm = get_vm(t, name).await?;
+    if vm.metadata.deletion_timestamp.is_some() {
+        return Err(Failure::Refused(format!("virtualmachine {name:?} is being deleted")));
+    }
+    set_spec(t, name, json!({ "paused": paused })).await?;
+    println!("virtualmachine/{name} {}", if paused { "paused" } else { "unpaused" });
+    Ok(())
+}
+
+fn ready(vm: &VirtualMachine) -> bool {
+    condition(vm, "Ready").is_some_and(|c| c.status == "True")
+}
+
+fn condition<'a>(vm: &'a VirtualMachine, type_: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    vm.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn power(vm: &VirtualMachine) -> Option<&'static str> {
+    use banlieue_api::common::PowerState;
+    vm.status.as_ref()?.observed_power_state.map(|p| match p {
+        PowerState::PoweredOn => "PoweredOn",
+        PowerState::PoweredOff => "PoweredOff",
+        PowerState::Suspended => "Suspended",
+    })
+}
+
+/// Wait (by watch) until `done` holds, with a live line on a terminal saying what is awaited.
+async fn await_vm(t: &Target, name: &str, wait: Wait, what: &str, done: impl Fn(&VirtualMachine) -> bool + Send + 'static) -> Result<()> {
+    let progress = Progress::start(what);
+    let waited = tokio::time::timeout(
+        Duration::from_secs(wait.timeout),
+        kube::runtime::wait::await_condition(t.vms(), name, move |vm: Option<&VirtualMachine>| vm.is_some_and(&done)),
+    )
+    .await;
+    progress.finish();
+    match waited {
+        Ok(Ok(Some(_))) => {
+            println!("virtualmachine/{name} is {what} ({:.1}s)", progress.elapsed().as_secs_f64());
+            Ok(())
+        }
+        Ok(Ok(None)) => Err(Failure::NotFound(format!("virtualmachine {name:?} was deleted while waiting"))),
+        Ok(Err(e)) => Err(Failure::Other(e.into())),
+        Err(_) => {
+            let now = t.vms().get_opt(name).await?.and_then(|vm| condition(&vm, "Ready").map(|c| format!("{}: {}", c.reason, c.message)));
+            Err(Failure::TimedOut(format!(
+                "virtualmachine {name:?} not {what} after {}s{}",
+                wait.timeout,
+                now.map(|n| format!("; Ready is {n}")).unwrap_or_default()
+            )))
+        }
+    }
+}
+
+/// A line rewritten every 200 ms on a terminal (`waiting for X… 3.2s`); nothing when piped.
+struct Progress {
+    started: Instant,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(what: &str) -> Progress {
+        let started = Instant::now();
+        let task = std::io::stderr().is_terminal().then(|| {
+            let what = what.to_string();
+            tokio::spawn(async move {
+                loop {
+                    eprint!("\r\x1b[2Kwaiting for {what}… {:.1}s", started.elapsed().as_secs_f64());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+        });
+        Progress { started, task }
+    }
+
+    fn finish(&self) {
+        if let Some(task) = &self.task {
+            task.abort();
+            eprint!("\r\x1b[2K");
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+async fn list(t: &Target) -> Result<()> {
+    let api: Api<VirtualMachine> = if t.all { Api::all(t.client.clone()) } else { t.vms() };
+    let vms = api.list(&ListParams::default()).await?.items;
+    if let Some(text) = output::structured(t.format, "VirtualMachineList", &vms)? {
+        print!("{text}");
+        return Ok(());
+    }
+    let wide = t.format == Format::Wide;
+    let mut header = vec!["NAME", "READY", "POWER", "PROVIDER", "AGE"];
+    if t.all {
+        header.insert(0, "NAMESPACE");
+    }
+    if wide {
+        header.extend(["FAILURE-DOMAIN", "PHASE", "ADDRESSES"]);
+    }
+    let rows = vms.iter().map(|vm| {
+        let status = vm.status.clone().unwrap_or_default();
+        let mut row = vec![
+            vm.name_any(),
+            t.paint.status(condition(vm, "Ready").map(|c| c.status.as_str()).unwrap_or("Unknown")),
+            power(vm).unwrap_or("-").to_string(),
+            status.scheduled.as_ref().map(|s| s.provider.clone()).unwrap_or_else(|| "-".into()),
+            output::age(vm.metadata.creation_timestamp.as_ref()),
+        ];
+        if t.all {
+            row.insert(0, vm.namespace().unwrap_or_default());
+        }
+        if wide {
+            row.push(status.scheduled.as_ref().map(|s| s.failure_domain.clone()).unwrap_or_else(|| "-".into()));
+            row.push(status.phase.map(|p| format!("{p:?}")).unwrap_or_else(|| "-".into()));
+            let addresses: Vec<String> = status.addresses.iter().map(|a| a.address.clone()).collect();
+            row.push(if addresses.is_empty() { "-".into() } else { addresses.join(",") });
+        }
+        row
+    });
+    print!("{}", output::table(&header, rows));
+    Ok(())
+}
+
+async fn status(t: &Target, name: &str) -> Result<()> {
+    let vm = get_vm(t, name).await?;
+    if let Some(text) = output::structured(t.format, "", &vm)? {
+        print!("{text}");
+        return Ok(());
+    }
+    let s = vm.status.clone().unwrap_or_default();
+    println!("Name:       {}/{}", vm.namespace().unwrap_or_default(), vm.name_any());
+    println!("Power:      {} (wanted {:?})", power(&vm).unwrap_or("-"), vm.spec.desired_power_state);
+    if let Some(sch) = &s.scheduled {
+        println!("Placement:  {}/{} ({})", sch.provider, sch.failure_domain, sch.provider_class);
+    }
+    if !s.addresses.is_empty() {
+        println!("Addresses:  {}", s.addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>().join(", "));
+    }
+    if vm.spec.paused {
+        println!("Paused:     yes");
+    }
+    println!();
+    let rows = s.conditions.iter().map(|c| vec![c.type_.clone(), t.paint.status(&c.status), c.reason.clone(), c.message.clone()]);
+    print!("{}", output::table(&["CONDITION", "STATUS", "REASON", "MESSAGE"], rows));
+    let events: Api<Event> = Api::namespaced(t.client.clone(), &t.namespace);
+    let mut recent: Vec<Event> = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name},involvedObject.kind=VirtualMachine")))
+        .await?
+        .items;
+    recent.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+    if !recent.is_empty() {
+        println!();
+        let rows = recent.iter().rev().take(10).rev().map(|e| {
+            let kind = e.type_.clone().unwrap_or_default();
+            vec![output::age(e.last_timestamp.as_ref()), t.paint.event(&kind), e.reason.clone().unwrap_or_default(), e.message.clone().unwrap_or_default()]
+        });
+        print!("{}", output::table(&["AGE", "TYPE", "REASON", "MESSAGE"], rows));
+    }
+    Ok(())
+}
+
+async fn pools(t: &Target) -> Result<()> {
+    let api: Api<VirtualMachinePool> = if t.all { Api::all(t.client.clone()) } else { t.pools() };
+    let pools = api.list(&ListParams::default()).await?.items;
+    if let Some(text) = output::structured(t.format, "VirtualMachinePoolList", &pools)? {
+        print!("{text}");
+        return Ok(());
+    }
+    let mut header = vec!["NAME", "DESIRED", "CURRENT", "READY", "UPDATED", "AGE"];
+    if t.all {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows = pools.iter().map(|p| {
+        let s = p.status.clone().unwrap_or_default();
+        let mut row = vec![
+            p.name_any(),
+            p.spec.replicas.to_string(),
+            s.replicas.to_string(),
+            s.ready_replicas.to_string(),
+            s.updated_replicas.to_string(),
+            output::age(p.metadata.creation_timestamp.as_ref()),
+        ];
+        if t.all {
+            row.insert(0, p.namespace().unwrap_or_default());
+        }
+        row
+    });
+    print!("{}", output::table(&header, rows));
+    Ok(())
+}
+
+async fn scale(t: &Target, pool: &str, replicas: i32, wait: Wait) -> Result<()> {
+    if t.pools().get_opt(pool).await?.is_none() {
+        let names: Vec<String> = t.pools().list(&ListParams::default()).await?.items.iter().map(|p| p.name_any()).collect();
+        return Err(Failure::NotFound(not_found("virtualmachinepool", pool, &t.namespace, &names)));
+    }
+    t.pools().patch(pool, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}}))).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 422 => Failure::Refused(format!("replicas {replicas} refused: {}", s.message)),
+        e => e.into(),
+    })?;
+    println!("virtualmachinepool/{pool} scaled to {replicas}");
+    if wait.wait {
+        let what = format!("{replicas} Ready members");
+        let progress = Progress::start(&what);
+        let waited = tokio::time::timeout(
+            Duration::from_secs(wait.timeout),
+            kube::runtime::wait::await_condition(t.pools(), pool, move |p: Option<&VirtualMachinePool>| {
+                p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == replicas && s.ready_replicas == replicas)
+            }),
+        )
+        .await;
+        progress.finish();
+        match waited {
+            Ok(Ok(Some(_))) => println!("virtualmachinepool/{pool} has {what} ({:.1}s)", progress.elapsed().as_secs_f64()),
+            Ok(Ok(None)) => return Err(Failure::NotFound(format!("virtualmachinepool {pool:?} was deleted while waiting"))),
+            Ok(Err(e)) => return Err(Failure::Other(e.into())),
+            Err(_) => return Err(Failure::TimedOut(format!("virtualmachinepool {pool:?} does not have {what} after {}s", wait.timeout))),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_suggest_the_closest() {
+        let names = vec!["web-0".to_string(), "web-1".to_string(), "database".to_string()];
+        assert_eq!(not_found("virtualmachine", "wbe-0", "team", &names), "virtualmachine \"wbe-0\" not found in namespace \"team\"; did you mean web-0?");
+        assert!(not_found("virtualmachine", "web", "team", &names).ends_with("did you mean web-0, web-1?"));
+        assert_eq!(not_found("virtualmachine", "zzz", "team", &names), "virtualmachine \"zzz\" not found in namespace \"team\"");
+    }
+}

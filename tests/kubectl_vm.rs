@@ -1,0 +1,201 @@
+//! `kubectl vm` as a user runs it: the real `kubectl` finds the `kubectl-vm` plugin on
+//! `PATH`; each command's output and exit code are checked, and what it changed is
+//! checked on the backend (libvirt's test driver) and on the objects.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use banlieue_api::VirtualMachine;
+use banlieue_libvirt::DomainState;
+use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::TestEnv;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+/// Where cargo put this workspace's binaries (the test runs from `target/<profile>/deps`).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent().and_then(|deps| deps.parent()).expect("target dir").to_path_buf()
+}
+
+/// `kubectl vm ARGS…` through kubectl's plugin lookup.
+async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let plugin = bin_dir().join("kubectl-vm");
+    anyhow::ensure!(plugin.exists(), "{} is not built: cargo build -p kubectl-vm", plugin.display());
+    let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let mut full = vec!["vm"];
+    full.extend_from_slice(args);
+    let out: Output = env.kubectl_raw(&full, None, &[("PATH", &path)]).await?;
+    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+async fn fixtures(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = &env.ns;
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian.qcow2"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "a", "namespace": ns},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    Ok(())
+}
+
+fn vm(env: &TestEnv, name: &str, placement: Value) -> Value {
+    let ns = &env.ns;
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": ns},
+           "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")}, "placement": placement}})
+}
+
+fn is_ready(v: Option<&VirtualMachine>) -> bool {
+    v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn power_commands_wait_for_the_backend_and_errors_have_their_exit_codes() -> anyhow::Result<()> {
+    let env = TestEnv::start("kubectl-vm").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    apply(&env.client, vm(&env, "web", json!({}))).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    wait_for(&vms, "web", 60, "Ready", is_ready).await?;
+    let libvirt = cp.ctx.libvirt.get("test:///default").await?;
+    let domain = format!("{}_web", env.ns);
+    let state = || {
+        let (libvirt, domain) = (libvirt.clone(), domain.clone());
+        async move { anyhow::Ok(libvirt.domain_list().await?.into_iter().find(|d| d.name == domain).map(|d| d.state)) }
+    };
+    let ns = env.ns.clone();
+
+    // list, wide and structured.
+    let (code, out, _) = kubectl_vm(&env, &["list", "-n", &ns]).await?;
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("READY") && lines[0].contains("PROVIDER"), "{out}");
+    assert!(lines[1].starts_with("web ") && lines[1].contains("True") && lines[1].contains("PoweredOn") && lines[1].contains(" a "), "{out}");
+    assert!(!out.contains('\x1b'), "no colour when piped");
+    let (_, wide, _) = kubectl_vm(&env, &["list", "-n", &ns, "-o", "wide"]).await?;
+    assert!(wide.lines().next().is_some_and(|h| h.contains("FAILURE-DOMAIN") && h.contains("ADDRESSES")), "{wide}");
+    let (_, json_out, _) = kubectl_vm(&env, &["list", "-n", &ns, "-o", "json"]).await?;
+    let parsed: Value = serde_json::from_str(&json_out)?;
+    assert_eq!(parsed["items"][0]["metadata"]["name"], "web");
+    let (_, all, _) = kubectl_vm(&env, &["list", "-A"]).await?;
+    assert!(all.lines().next().is_some_and(|h| h.starts_with("NAMESPACE")) && all.contains(&ns), "{all}");
+
+    // stop --mode soft --wait: the field is set and the backend domain is off when it returns.
+    let (code, out, err) = kubectl_vm(&env, &["stop", "web", "-n", &ns, "--mode", "soft", "--wait", "--timeout", "60"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("virtualmachine/web is PoweredOff"), "{out}");
+    assert_eq!(state().await?, Some(DomainState::Shutoff));
+    let now = vms.get("web").await?;
+    assert_eq!(serde_json::to_value(now.spec.power_off_mode)?, json!("Soft"));
+    let (code, _, _) = kubectl_vm(&env, &["start", "web", "-n", &ns, "--wait"]).await?;
+    assert_eq!(code, 0);
+    assert_eq!(state().await?, Some(DomainState::Running));
+    let (code, out, _) = kubectl_vm(&env, &["restart", "web", "-n", &ns, "--wait"]).await?;
+    assert_eq!(code, 0, "{out}");
+    let restarted = vms.get("web").await?;
+    assert_eq!(restarted.status.and_then(|s| s.last_restart_requested_at), restarted.spec.restart_requested_at);
+
+    // status: conditions and events.
+    let (code, out, _) = kubectl_vm(&env, &["status", "web", "-n", &ns]).await?;
+    assert_eq!(code, 0);
+    assert!(out.contains("CONDITION") && out.contains("REASON"), "{out}");
+    assert!(out.lines().any(|l| l.contains("Normal") && l.contains("Scheduled")), "recent events: {out}");
+    assert!(out.lines().any(|l| l.starts_with("Ready ") && l.contains("True")), "{out}");
+
+    // Unknown VM: exit 3 with the closest names.
+    let (code, _, err) = kubectl_vm(&env, &["start", "wbe", "-n", &ns]).await?;
+    assert_eq!(code, 3);
+    assert!(err.contains("virtualmachine \"wbe\" not found") && err.contains("did you mean web?"), "{err}");
+
+    // Paused: exit 4, and saying so.
+    let (code, _, _) = kubectl_vm(&env, &["pause", "web", "-n", &ns]).await?;
+    assert_eq!(code, 0);
+    assert!(vms.get("web").await?.spec.paused);
+    let (code, _, err) = kubectl_vm(&env, &["stop", "web", "-n", &ns]).await?;
+    assert_eq!(code, 4);
+    assert!(err.contains("is paused"), "{err}");
+    assert_eq!(state().await?, Some(DomainState::Running), "nothing changed");
+    kubectl_vm(&env, &["unpause", "web", "-n", &ns]).await?;
+
+    // --wait that cannot be satisfied: exit 5 after the timeout, with the VM's Ready condition.
+    apply(&env.client, vm(&env, "lost", json!({"providerRef": {"name": "nowhere"}}))).await?;
+    let (code, _, err) = kubectl_vm(&env, &["start", "lost", "-n", &ns, "--wait", "--timeout", "2"]).await?;
+    assert_eq!(code, 5);
+    assert!(err.contains("not Ready and PoweredOn after 2s") && err.contains("Ready is"), "{err}");
+
+    // Being deleted: exit 4.
+    vms.patch("lost", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["banlieue.io/test-hold"]}}))).await?;
+    vms.delete("lost", &DeleteParams::default()).await?;
+    let (code, _, err) = kubectl_vm(&env, &["restart", "lost", "-n", &ns]).await?;
+    assert_eq!(code, 4);
+    assert!(err.contains("is being deleted"), "{err}");
+    let hold = vms.get("lost").await?.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != "banlieue.io/test-hold").collect::<Vec<_>>();
+    vms.patch("lost", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": hold}}))).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pools_are_listed_and_scaled_and_a_member_is_started_like_any_vm() -> anyhow::Result<()> {
+    let env = TestEnv::start("kubectl-vm-pool").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let ns = env.ns.clone();
+    apply(
+        &env.client,
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "web", "namespace": ns},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")}}}}}),
+    )
+    .await?;
+    let (code, out, err) = kubectl_vm(&env, &["scale", "web", "3", "-n", &ns, "--wait", "--timeout", "90"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("virtualmachinepool/web has 3 Ready members"), "{out}");
+    let (_, out, _) = kubectl_vm(&env, &["pools", "-n", &ns]).await?;
+    let row = out.lines().find(|l| l.starts_with("web ")).unwrap_or_default().split_whitespace().collect::<Vec<_>>();
+    assert_eq!(&row[..5], ["web", "3", "3", "3", "3"], "{out}");
+
+    let (code, _, _) = kubectl_vm(&env, &["stop", "web-1", "-n", &ns, "--wait"]).await?;
+    assert_eq!(code, 0);
+    let (code, out, _) = kubectl_vm(&env, &["start", "web-1", "-n", &ns, "--wait"]).await?;
+    assert_eq!(code, 0, "a pool member starts like any VM: {out}");
+
+    let (code, _, err) = kubectl_vm(&env, &["scale", "wbe", "2", "-n", &ns]).await?;
+    assert_eq!(code, 3);
+    assert!(err.contains("did you mean web?"), "{err}");
+    let (code, _, err) = kubectl_vm(&env, &["scale", "web", "5000", "-n", &ns]).await?;
+    assert_eq!(code, 4, "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_banlieue_installed_it_says_so_and_completion_scripts_print() -> anyhow::Result<()> {
+    if TestEnv::external() {
+        eprintln!("skipped the not-installed case: a shared cluster has banlieue's CRDs");
+    } else {
+        let env = TestEnv::start("kubectl-vm-bare").await?;
+        let (code, _, err) = kubectl_vm(&env, &["list"]).await?;
+        assert_eq!(code, 6, "{err}");
+        assert!(err.contains("banlieue is not installed") && err.contains("kubectl apply -k deploy/"), "{err}");
+    }
+    let env = TestEnv::start("kubectl-vm-completion").await?;
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, _) = kubectl_vm(&env, &["completion", shell]).await?;
+        assert_eq!(code, 0);
+        assert!(out.contains("kubectl-vm") && out.contains("restart"), "{shell}: {out}");
+    }
+    let (code, _, err) = kubectl_vm(&env, &["frobnicate"]).await?;
+    assert_eq!(code, 2, "bad usage: {err}");
+    Ok(())
+}
