@@ -222,8 +222,17 @@ async fn a_deleted_member_is_replaced_and_deleting_the_pool_leaves_nothing_behin
     let cp = ControlPlane::start(&env)?;
     let host_b = fixtures(&env).await?;
     let (a, b) = (cp.ctx.libvirt.get(HOST_A).await?, cp.ctx.libvirt.get(&host_b).await?);
-    apply(&env.client, pool(&env, "api", 3, json!({}))).await?;
+    // Members are placed by the pool's own policy.
+    let policy = format!("{}-binpack", env.ns);
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": policy},
+                              "spec": {"component": {"source": "builtin:placement-binpack"}}})).await?;
+    apply(&env.client, pool(&env, "api", 3, json!({"placementPolicyRef": {"name": policy}}))).await?;
     settled(&env, "api", 3).await?;
+    for member in members(&env, "api").await? {
+        assert_eq!(member.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).map(|r| r.name.as_str()), Some(policy.as_str()));
+        let scheduled = member.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "Scheduled").expect("Scheduled");
+        assert!(scheduled.message.contains(&format!("by {policy}")), "{}", scheduled.message);
+    }
 
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let victim = members(&env, "api").await?[0].clone();
@@ -311,5 +320,26 @@ async fn a_template_naming_a_missing_class_reports_replica_failure_and_makes_not
     assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "{refused:?}");
     let refused = pools.patch("bad", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": -1}}))).await;
     assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "{refused:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_a_pool_with_cascade_orphan_leaves_its_members() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-orphan").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    apply(&env.client, pool(&env, "keep", 2, json!({}))).await?;
+    settled(&env, "keep", 2).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    pools.delete("keep", &DeleteParams::orphan()).await?;
+    await_deleted(&pools, "keep").await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    for name in ["keep-0", "keep-1"] {
+        let member = wait_for(&vms, name, 30, "no owner", |v: Option<&VirtualMachine>| v.is_some_and(|v| v.owner_references().is_empty())).await?;
+        assert!(member.metadata.deletion_timestamp.is_none() && ready(&member), "{name} stays, Ready");
+        vms.delete(name, &DeleteParams::default()).await?;
+        await_deleted(&vms, name).await?;
+    }
     Ok(())
 }

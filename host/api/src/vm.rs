@@ -77,6 +77,9 @@ pub struct Placement {
     /// Keep away from VMs matching a selector within a topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub anti_affinity: Vec<AntiAffinityRule>,
+    /// The PlacementPolicy that chooses among candidates, instead of the class's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_ref: Option<NameRef>,
 }
 
 /// Keep this VM apart from others that share a topology value.

@@ -360,7 +360,9 @@ impl<'a> Reconcile<'a> {
             why.truncate(5);
             return Err(blocked(SCHEDULED, Reason::NoCandidates, format!("no failure domain fits: {}", why.join("; "))));
         }
-        let (policy_name, policy, parameters) = match &class.spec.placement_policy_ref {
+        // The VM's own policy (a pool sets its own on members), else the class's, else spread.
+        let policy_ref = self.vm.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).or(class.spec.placement_policy_ref.as_ref());
+        let (policy_name, policy, parameters) = match policy_ref {
             None => ("spread".to_string(), self.ctx.components.builtin_policy("spread").await, BTreeMap::new()),
             Some(r) => {
                 let pp = Api::<PlacementPolicy>::all(self.ctx.client.clone())

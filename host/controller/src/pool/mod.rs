@@ -3,7 +3,8 @@
 //!
 //! 1. its members are the VMs it controls (owner reference), named `<pool>-<n>` with
 //!    the lowest free `n`, labelled `banlieue.io/pool` and `banlieue.io/pool-revision`
-//!    (a hash of the template);
+//!    (a hash of the template), placed by the pool's `placementPolicyRef` when it has one
+//!    (spread across failure domains by default);
 //! 2. with `paused`, nothing changes but the status;
 //! 3. members that stay not Ready past `autoHealing.notReadyTimeoutSeconds` are deleted
 //!    (and so replaced), at most `maxReplacements` times per revision;
@@ -324,6 +325,12 @@ fn free_names(pool: &str, taken: &BTreeSet<String>, n: usize) -> Vec<String> {
 /// A member as the pool applies it: the template, the pool's labels and its owner reference.
 fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str) -> serde_json::Value {
     let t = &pool.spec.template;
+    let mut spec = t.spec.clone();
+    // The pool's placement policy, unless the template names one itself.
+    if let Some(policy) = &pool.spec.placement_policy_ref {
+        let placement = spec.placement.get_or_insert_with(Default::default);
+        placement.policy_ref.get_or_insert_with(|| policy.clone());
+    }
     let mut labels: BTreeMap<String, String> = t.metadata.labels.clone();
     labels.insert(POOL_LABEL.into(), pool.name_any());
     labels.insert(REVISION_LABEL.into(), revision.into());
@@ -337,7 +344,7 @@ fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str) -> serde
             "annotations": t.metadata.annotations,
             "ownerReferences": [pool.controller_owner_ref(&())],
         },
-        "spec": t.spec,
+        "spec": spec,
     })
 }
 
