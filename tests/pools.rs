@@ -343,3 +343,67 @@ async fn deleting_a_pool_with_cascade_orphan_leaves_its_members() -> anyhow::Res
     }
     Ok(())
 }
+
+/// examples/pool/README.md, step by step, with `-n` for the test's namespace and a
+/// Provider `dev` on libvirt's test driver as `banlieue dev` makes.
+#[tokio::test]
+async fn the_pool_walkthrough_works_as_written() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-walkthrough").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let ns = env.ns.clone();
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+        "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}})).await?;
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "dev", "namespace": ns},
+        "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": HOST_A},
+                 "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}})).await?;
+    let root = banlieue_tests::control::repo_root();
+    let plugin_dir = std::env::current_exe()?.parent().and_then(|d| d.parent()).map(|d| d.to_path_buf()).expect("target dir");
+    let path = format!("{}:{}", plugin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |args: Vec<String>| {
+        let env = &env;
+        let path = path.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = env.kubectl_raw(&args, None, &[("PATH", &path)]).await?;
+            anyhow::ensure!(out.status.success(), "kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+            anyhow::Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let file = |p: &str| root.join(p).to_string_lossy().into_owned();
+
+    // 1. Make the pool.
+    run(s(&["apply", "-n", &ns, "-f", &file("examples/quickstart/vm.yaml"), "-f", &file("examples/pool/pool.yaml")])).await?;
+    run(s(&["vm", "scale", "web", "3", "--wait", "-n", &ns])).await?;
+    let pools = run(s(&["vm", "pools", "-n", &ns])).await?;
+    assert!(pools.lines().any(|l| l.split_whitespace().take(5).eq(["web", "3", "3", "3", "3"])), "{pools}");
+    // 2. Scale through the scale subresource, then wait with the plugin.
+    run(s(&["scale", "vmpool/web", "--replicas=5", "-n", &ns])).await?;
+    run(s(&["vm", "scale", "web", "5", "--wait", "-n", &ns])).await?;
+    // 3. Protect the newest member, scale in: it stays.
+    run(s(&["annotate", "vm", "web-4", "banlieue.io/protected=true", "-n", &ns])).await?;
+    run(s(&["vm", "scale", "web", "2", "--wait", "-n", &ns])).await?;
+    let left: BTreeSet<String> = members(&env, "web").await?.iter().map(|vm| vm.name_any()).collect();
+    assert_eq!(left, BTreeSet::from(["web-0".to_string(), "web-4".to_string()]));
+    // 4. Roll out a new template.
+    run(s(&["patch", "vmpool", "web", "-n", &ns, "--type=merge", "-p", r#"{"spec":{"template":{"metadata":{"labels":{"app":"web","release":"2"}}}}}"#])).await?;
+    let rolled = settled(&env, "web", 2).await?;
+    let revision = rolled.status.and_then(|s| s.current_revision).unwrap_or_default();
+    let current: Vec<VirtualMachine> = members(&env, "web").await?.into_iter().filter(|vm| vm.metadata.deletion_timestamp.is_none()).collect();
+    assert_eq!(current.len(), 2);
+    assert!(current.iter().all(|vm| vm.labels().get(REVISION_LABEL) == Some(&revision) && vm.labels().get("release").is_some_and(|r| r == "2")));
+    // 5. Power a member, then clean up.
+    let first = current[0].name_any();
+    run(s(&["vm", "stop", &first, "--wait", "-n", &ns])).await?;
+    run(s(&["vm", "start", &first, "--wait", "-n", &ns])).await?;
+    run(s(&["delete", "vmpool", "web", "-n", &ns])).await?;
+    within(60, async {
+        while !members(&env, "web").await?.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        anyhow::Ok(())
+    })
+    .await??;
+    Ok(())
+}

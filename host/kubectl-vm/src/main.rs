@@ -517,12 +517,44 @@ async fn scale(t: &Target, pool: &str, replicas: i32, wait: Wait) -> Result<()> 
             }),
         )
         .await;
+        // Members scaled in are gone only once their backend VMs are: wait for that too.
+        let left = Duration::from_secs(wait.timeout).saturating_sub(progress.elapsed());
+        let waited = match waited {
+            Ok(Ok(Some(p))) => match tokio::time::timeout(left, members_settle(t, pool, replicas)).await {
+                Ok(Ok(())) => Ok(Ok(Some(p))),
+                Ok(Err(e)) => Ok(Err(e)),
+                Err(e) => Err(e),
+            },
+            other => other,
+        };
         progress.finish();
         match waited {
             Ok(Ok(Some(_))) => println!("virtualmachinepool/{pool} has {what} ({:.1}s)", progress.elapsed().as_secs_f64()),
             Ok(Ok(None)) => return Err(Failure::NotFound(format!("virtualmachinepool {pool:?} was deleted while waiting"))),
             Ok(Err(e)) => return Err(Failure::Other(e.into())),
             Err(_) => return Err(Failure::TimedOut(format!("virtualmachinepool {pool:?} does not have {what} after {}s", wait.timeout))),
+        }
+    }
+    Ok(())
+}
+
+/// Until exactly `replicas` VMs carry the pool's label (members being deleted count until gone).
+async fn members_settle(t: &Target, pool: &str, replicas: i32) -> std::result::Result<(), kube::runtime::wait::Error> {
+    use futures::StreamExt;
+    use kube::runtime::{reflector, watcher};
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels(&format!("banlieue.io/pool={pool}"));
+    let mut events = reflector(writer, watcher(t.vms(), config)).boxed();
+    let want = usize::try_from(replicas).unwrap_or(0);
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        match event.map_err(kube::runtime::wait::Error::ProbeFailed)? {
+            watcher::Event::InitDone => listed = true,
+            watcher::Event::Init | watcher::Event::InitApply(_) => continue,
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => {}
+        }
+        if listed && reader.state().len() == want {
+            return Ok(());
         }
     }
     Ok(())
