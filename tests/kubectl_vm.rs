@@ -7,7 +7,7 @@ use std::process::Output;
 
 use banlieue_api::VirtualMachine;
 use banlieue_libvirt::DomainState;
-use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::control::{apply, libvirt_fixtures, wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
@@ -30,22 +30,7 @@ async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String
 }
 
 async fn fixtures(env: &TestEnv) -> anyhow::Result<()> {
-    let ns = &env.ns;
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
-               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian.qcow2"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "a", "namespace": ns},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
-    ] {
-        apply(&env.client, object).await?;
-    }
-    Ok(())
+    libvirt_fixtures(env, &[("a", "test:///default")]).await
 }
 
 fn vm(env: &TestEnv, name: &str, placement: Value) -> Value {

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
-use banlieue_controller::pool::{plan, POOL_LABEL, REVISION_LABEL};
+use banlieue_controller::pool::{member, plan, POOL_LABEL, REVISION_LABEL};
 use banlieue_libvirt::Libvirt;
-use banlieue_tests::control::{apply, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::control::{apply, libvirt_fixtures, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, within, TestEnv};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
@@ -18,30 +18,14 @@ use serde_json::{json, Value};
 
 const HOST_A: &str = "test:///default";
 
-/// The libvirt class, a VMClass, two VMImages and Providers `a` (test:///default) and
+/// The libvirt class, a VMClass, two VMImages (`debian`, `debian-next`) and Providers `a` (test:///default) and
 /// `b` (a second test host); returns host b's URI.
 async fn fixtures(env: &TestEnv) -> anyhow::Result<String> {
-    let ns = &env.ns;
     let host_b = libvirt_test_node(env.dir(), "host-b", 16, 64, 500)?;
-    let mut objects = vec![
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
-               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-    ];
-    for image in ["debian", "debian-next"] {
-        objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-{image}")},
-                            "spec": {"sources": [{"providerClass": "libvirt", "backingFile": format!("/var/lib/images/{image}.qcow2")}]}}));
-    }
-    for (name, uri) in [("a", HOST_A), ("b", host_b.as_str())] {
-        objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": ns},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}));
-    }
-    for object in objects {
-        apply(&env.client, object).await?;
-    }
+    libvirt_fixtures(env, &[("a", HOST_A), ("b", &host_b)]).await?;
+    let ns = &env.ns;
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian-next")},
+                              "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian-next.qcow2"}]}})).await?;
     Ok(host_b)
 }
 
@@ -89,17 +73,6 @@ async fn scale(env: &TestEnv, name: &str, replicas: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn as_planned(vm: &VirtualMachine) -> plan::Member {
-    plan::Member {
-        name: vm.name_any(),
-        revision: vm.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
-        ready: ready(vm),
-        failure_domain: vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| format!("{}/{}", s.provider, s.failure_domain)),
-        created: vm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or_default(),
-        protected: vm.annotations().get("banlieue.io/protected").is_some_and(|v| v == "true"),
-    }
-}
-
 #[tokio::test]
 async fn scaling_out_spreads_and_scaling_in_follows_the_documented_order_sparing_protected_members() -> anyhow::Result<()> {
     let env = TestEnv::start("pool-scale").await?;
@@ -123,11 +96,11 @@ async fn scaling_out_spreads_and_scaling_in_follows_the_documented_order_sparing
     assert!(on_a >= 2 && on_b >= 2, "spread across failure domains: {on_a} on a, {on_b} on b");
 
     // Protect the member the order would take first; scale to 2.
-    let planned: Vec<plan::Member> = now.iter().map(as_planned).collect();
+    let planned: Vec<plan::Member> = now.iter().map(member).collect();
     let first = plan::scale_in(&planned, 4)[0].clone();
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     vms.patch(&first, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"banlieue.io/protected": "true"}}}))).await?;
-    let planned: Vec<plan::Member> = members(&env, "web").await?.iter().map(as_planned).collect();
+    let planned: Vec<plan::Member> = members(&env, "web").await?.iter().map(member).collect();
     let expected: BTreeSet<String> = plan::scale_in(&planned, 2).into_iter().collect();
     assert!(!expected.contains(&first) && expected.len() == 3);
     scale(&env, "web", 2).await?;

@@ -161,3 +161,28 @@ pub fn libvirt_test_node(dir: &std::path::Path, name: &str, cpus: u32, memory_gi
     )?;
     Ok(format!("test://{}", path.display()))
 }
+
+/// What most control-loop tests start from: ProviderClass `libvirt` (the built-in
+/// driver), VMClass `<ns>-small`, VMImage `<ns>-debian` and a Provider per
+/// `(name, libvirt URI)` in the test's namespace.
+pub async fn libvirt_fixtures(env: &TestEnv, providers: &[(&str, &str)]) -> anyhow::Result<()> {
+    let ns = &env.ns;
+    let mut objects = vec![
+        serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian.qcow2"}]}}),
+    ];
+    for (name, uri) in providers {
+        objects.push(serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": ns},
+               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}));
+    }
+    for object in objects {
+        apply(&env.client, object).await?;
+    }
+    Ok(())
+}

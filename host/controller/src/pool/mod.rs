@@ -268,7 +268,8 @@ fn report(status: &mut VirtualMachinePoolStatus, pool: &VirtualMachinePool, live
     }
 }
 
-fn member(vm: &VirtualMachine) -> plan::Member {
+/// A member as the planner sees it.
+pub fn member(vm: &VirtualMachine) -> plan::Member {
     plan::Member {
         name: vm.name_any(),
         revision: vm.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
