@@ -380,3 +380,23 @@ async fn the_pool_walkthrough_works_as_written() -> anyhow::Result<()> {
     .await??;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_selector_that_does_not_match_the_template_makes_no_member_and_says_why() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-selector").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let mut odd = pool(&env, "odd", 2, json!({}));
+    odd["spec"]["selector"] = json!({"matchLabels": {"app": "something-else"}});
+    apply(&env.client, odd).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let failed = wait_for(&pools, "odd", 30, "ReplicaFailure InvalidSelector", |p: Option<&VirtualMachinePool>| {
+        p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "InvalidSelector"))
+    })
+    .await?;
+    let c = failed.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "ReplicaFailure").expect("condition");
+    assert!(c.message.contains("does not match spec.template.metadata.labels"), "{}", c.message);
+    assert!(members(&env, "odd").await?.is_empty());
+    Ok(())
+}
