@@ -400,3 +400,28 @@ async fn a_selector_that_does_not_match_the_template_makes_no_member_and_says_wh
     assert!(members(&env, "odd").await?.is_empty());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_paused_pool_changes_nothing_until_it_is_unpaused() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-paused").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    apply(&env.client, pool(&env, "calm", 2, json!({}))).await?;
+    settled(&env, "calm", 2).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    pools.patch("calm", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true, "replicas": 4}}))).await?;
+    let paused = wait_for(&pools, "calm", 30, "Progressing=False Paused", |p: Option<&VirtualMachinePool>| {
+        p.is_some_and(|p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation && s.conditions.iter().any(|c| c.type_ == "Progressing" && c.reason == "Paused" && c.status == "False")
+            })
+        })
+    })
+    .await?;
+    assert_eq!(paused.status.map(|s| s.replicas), Some(2));
+    assert_eq!(members(&env, "calm").await?.len(), 2, "no member made while paused");
+    pools.patch("calm", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": false}}))).await?;
+    settled(&env, "calm", 4).await?;
+    Ok(())
+}
