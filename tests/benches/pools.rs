@@ -51,9 +51,15 @@ async fn await_vms(client: &kube::Client, labels: &str, n: usize, limit: Duratio
     .map_err(|_| anyhow::anyhow!("VMs {labels} not {n} Ready within {limit:?}"))?
 }
 
-/// Writes (create, update, patch, delete) the server has answered so far.
-fn writes(server: &banlieue_apiserver::ApiServer) -> usize {
-    server.audit_log().iter().filter(|e| matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count()
+/// The audit log's position now.
+fn mark(server: &banlieue_apiserver::ApiServer) -> u64 {
+    server.audit_log().last().map_or(0, |e| e.seq + 1)
+}
+
+/// Writes (create, update, patch, delete) answered since `from`, less the bench's own `own`.
+fn writes_since(server: &banlieue_apiserver::ApiServer, from: u64, own: usize) -> usize {
+    let all = server.audit_log().iter().filter(|e| e.seq >= from && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count();
+    all.saturating_sub(own)
 }
 
 struct Round {
@@ -113,20 +119,20 @@ async fn bench(members: usize, rounds: usize) -> anyhow::Result<()> {
         // A pool: 0 → N → 0.
         let name = format!("pool-{round}");
         let labels = format!("banlieue.io/pool={name}");
-        let w0 = writes(&server);
+        let w0 = mark(&server);
         let start = Instant::now();
         apply(&client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": name, "namespace": NS},
             "spec": {"replicas": members, "selector": {"matchLabels": {"bench": name}},
                      "template": {"metadata": {"labels": {"bench": name}}, "spec": spec}}})).await?;
         await_vms(&client, &labels, members, Duration::from_secs(1800)).await?;
         let up = start.elapsed().as_secs_f64();
-        let writes_up = (writes(&server) - w0 - 1) as f64 / members as f64;
-        let w1 = writes(&server);
+        let writes_up = writes_since(&server, w0, 1) as f64 / members as f64;
+        let w1 = mark(&server);
         let start = Instant::now();
         pools.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await?;
         await_vms(&client, &labels, 0, Duration::from_secs(1800)).await?;
         let down = start.elapsed().as_secs_f64();
-        let writes_down = (writes(&server) - w1 - 1) as f64 / members as f64;
+        let writes_down = writes_since(&server, w1, 1) as f64 / members as f64;
         anyhow::ensure!(libvirt.domain_list().await?.is_empty(), "domains left after scaling the pool to 0");
         pools.delete(&name, &DeleteParams::default()).await?;
         println!("pool {members}: 0 → all Ready {up:.1}s ({writes_up:.1} writes/member), → 0 {down:.1}s ({writes_down:.1} writes/member)");
@@ -135,7 +141,7 @@ async fn bench(members: usize, rounds: usize) -> anyhow::Result<()> {
         // The same number of VMs, applied one by one (32 in flight), then deleted.
         let batch = format!("batch-{round}");
         let labels = format!("bench={batch}");
-        let w0 = writes(&server);
+        let w0 = mark(&server);
         let start = Instant::now();
         futures::stream::iter((0..members).map(|i| {
             let client = client.clone();
@@ -148,8 +154,8 @@ async fn bench(members: usize, rounds: usize) -> anyhow::Result<()> {
         .await?;
         await_vms(&client, &labels, members, Duration::from_secs(1800)).await?;
         let up = start.elapsed().as_secs_f64();
-        let writes_up = (writes(&server) - w0 - members) as f64 / members as f64;
-        let w1 = writes(&server);
+        let writes_up = writes_since(&server, w0, members) as f64 / members as f64;
+        let w1 = mark(&server);
         let start = Instant::now();
         let names: Vec<String> = vms.list(&ListParams::default().labels(&labels)).await?.items.into_iter().filter_map(|vm| vm.metadata.name).collect();
         futures::stream::iter(names.into_iter().map(|n| {
@@ -161,7 +167,7 @@ async fn bench(members: usize, rounds: usize) -> anyhow::Result<()> {
         .await?;
         await_vms(&client, &labels, 0, Duration::from_secs(1800)).await?;
         let down = start.elapsed().as_secs_f64();
-        let writes_down = (writes(&server) - w1 - members) as f64 / members as f64;
+        let writes_down = writes_since(&server, w1, members) as f64 / members as f64;
         anyhow::ensure!(libvirt.domain_list().await?.is_empty(), "domains left after deleting the VMs");
         println!("{members} VMs one by one: 0 → all Ready {up:.1}s ({writes_up:.1} writes/VM), → 0 {down:.1}s ({writes_down:.1} writes/VM)");
         one_by_one.push(Round { up, down, writes_up, writes_down });

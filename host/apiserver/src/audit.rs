@@ -23,17 +23,23 @@ pub struct AuditEntry {
     pub name: Option<String>,
     /// The HTTP status code answered (a watch: 200 when it started).
     pub code: u16,
+    /// Position in the log since the server started (set when recorded), so a reader can
+    /// take what came after a point even once the oldest entries are dropped.
+    pub seq: u64,
 }
 
 /// The log itself.
 #[derive(Default)]
 pub struct AuditLog {
-    entries: Mutex<VecDeque<AuditEntry>>,
+    entries: Mutex<(VecDeque<AuditEntry>, u64)>,
 }
 
 impl AuditLog {
-    pub fn record(&self, entry: AuditEntry) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn record(&self, mut entry: AuditEntry) {
+        let mut guard = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let (entries, next) = &mut *guard;
+        entry.seq = *next;
+        *next += 1;
         if entries.len() == CAPACITY {
             entries.pop_front();
         }
@@ -41,7 +47,7 @@ impl AuditLog {
     }
 
     pub fn entries(&self) -> Vec<AuditEntry> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).0.iter().cloned().collect()
     }
 }
 

@@ -131,6 +131,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         namespace: namespace.clone(),
         name: name.clone(),
         code: 0,
+        seq: 0,
     };
     let audit = state.clone();
     let response = match denied {
