@@ -62,9 +62,7 @@ async fn push_and_sign(r: &Reference, wasm: Vec<u8>, keys: &Keys) -> String {
 
 #[tokio::test]
 async fn push_sign_verify_pull_round_trip() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:v1");
     let wasm = component("libvirt v1");
@@ -127,9 +125,7 @@ async fn push_sign_verify_pull_round_trip() {
 
 #[tokio::test]
 async fn unsigned_is_refused_unless_explicitly_allowed() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let r = reference(&registry, "team/placement-spread:v1");
     let digest = banlieue_oci::push(&r, component("spread"), &Auth::Anonymous)
@@ -150,9 +146,7 @@ async fn unsigned_is_refused_unless_explicitly_allowed() {
 
 #[tokio::test]
 async fn wrong_key_is_refused() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let (signer, stranger) = (keys(), keys());
     let r = reference(&registry, "team/provider-vsphere:v1");
     push_and_sign(&r, component("vsphere"), &signer).await;
@@ -174,9 +168,7 @@ async fn wrong_key_is_refused() {
 
 #[tokio::test]
 async fn tampered_layer_is_refused() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let r = reference(&registry, "team/provider-proxmox:v1");
     push_and_sign(&r, component("proxmox"), &keys).await;
@@ -200,9 +192,7 @@ async fn tampered_layer_is_refused() {
 
 #[tokio::test]
 async fn tampered_manifest_is_refused() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:v1");
     let digest = push_and_sign(&r, component("libvirt"), &keys).await;
@@ -228,9 +218,7 @@ async fn tampered_manifest_is_refused() {
 
 #[tokio::test]
 async fn moved_tag_needs_its_own_signature() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:stable");
     let signed = push_and_sign(&r, component("v1"), &keys).await;
@@ -262,9 +250,7 @@ async fn moved_tag_needs_its_own_signature() {
 
 #[tokio::test]
 async fn signature_copied_to_another_digest_or_repository_is_refused() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let keys = keys();
     let a = reference(&registry, "team/provider:a");
     let signed = push_and_sign(&a, component("good"), &keys).await;
@@ -317,9 +303,7 @@ async fn signature_copied_to_another_digest_or_repository_is_refused() {
 
 #[tokio::test]
 async fn missing_artifacts_are_not_found() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let r = reference(&registry, "team/nothing:v1");
     assert!(matches!(
         banlieue_oci::pull(&r, &Auth::Anonymous).await,
@@ -337,16 +321,13 @@ async fn missing_artifacts_are_not_found() {
 
 #[tokio::test]
 async fn component_pushed_by_oras_python_pulls() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let python = std::env::var("BANLIEUE_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_oras = std::process::Command::new(&python)
         .args(["-c", "import oras.provider"])
         .output();
     if !has_oras.is_ok_and(|o| o.status.success()) {
-        support::skip_unless_ci(&format!("{python} cannot import oras (pip install oras)"));
-        return;
+        support::missing(&format!("{python} cannot import oras (pip install oras)"));
     }
     let wasm = component("pushed by oras");
     let path = registry.temp_dir().join("upload").join("component.wasm");
@@ -386,18 +367,15 @@ async fn component_pushed_by_oras_python_pulls() {
 
 #[tokio::test]
 async fn signature_verifies_with_an_independent_python_checker() {
-    let Some(registry) = TestRegistry::start() else {
-        return;
-    };
+    let registry = TestRegistry::start();
     let python = std::env::var("BANLIEUE_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_crypto = std::process::Command::new(&python)
         .args(["-c", "import cryptography"])
         .output();
     if !has_crypto.is_ok_and(|o| o.status.success()) {
-        support::skip_unless_ci(&format!(
+        support::missing(&format!(
             "{python} cannot import cryptography (pip install cryptography)"
         ));
-        return;
     }
     let signer = keys();
     let r = reference(&registry, "team/checked:v1");

@@ -7,12 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// In CI a missing tool is a failure; on a developer machine the test says why and skips.
-pub fn skip_unless_ci(what: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what} (required when CI=true)");
-    }
-    eprintln!("SKIPPED: {what}");
+/// A test that needs a tool it cannot find fails, saying how to install it
+/// (`scripts/install-deps.sh` installs them all).
+pub fn missing(what: &str) -> ! {
+    panic!("{what}; scripts/install-deps.sh installs what the tests need")
 }
 
 pub struct TestRegistry {
@@ -34,11 +32,10 @@ fn registry_binary() -> Option<PathBuf> {
 }
 
 impl TestRegistry {
-    /// Start a registry, or `None` (after printing why) when `docker-registry` is not installed.
-    pub fn start() -> Option<TestRegistry> {
+    /// Start a registry; fails when `docker-registry` is not installed.
+    pub fn start() -> TestRegistry {
         let Some(binary) = registry_binary() else {
-            skip_unless_ci("docker-registry not found (apt-get install -y docker-registry)");
-            return None;
+            missing("docker-registry not found (apt-get install -y docker-registry)");
         };
         let dir = tempfile::tempdir().expect("temp dir");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -67,7 +64,7 @@ impl TestRegistry {
             .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         let mut registry = TestRegistry { child, dir, host };
         registry.wait_ready();
-        Some(registry)
+        registry
     }
 
     fn wait_ready(&mut self) {
