@@ -2,27 +2,20 @@
 //! `PATH`; each command's output and exit code are checked, and what it changed is
 //! checked on the backend (libvirt's test driver) and on the objects.
 
-use std::path::PathBuf;
 use std::process::Output;
 
 use banlieue_api::VirtualMachine;
 use banlieue_libvirt::DomainState;
-use banlieue_tests::control::{apply, libvirt_fixtures, wait_for, ControlPlane};
+use banlieue_tests::control::{apply, libvirt_fixtures, path_with_workspace_binaries, wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
-/// Where cargo put this workspace's binaries (the test runs from `target/<profile>/deps`).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent().and_then(|deps| deps.parent()).expect("target dir").to_path_buf()
-}
-
 /// `kubectl vm ARGS…` through kubectl's plugin lookup.
 async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let plugin = bin_dir().join("kubectl-vm");
+    let path = path_with_workspace_binaries();
+    let plugin = std::path::Path::new(path.split(':').next().unwrap_or_default()).join("kubectl-vm");
     anyhow::ensure!(plugin.exists(), "{} is not built: cargo build -p kubectl-vm", plugin.display());
-    let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap_or_default());
     let mut full = vec!["vm"];
     full.extend_from_slice(args);
     let out: Output = env.kubectl_raw(&full, None, &[("PATH", &path)]).await?;

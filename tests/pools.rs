@@ -331,8 +331,7 @@ async fn the_pool_walkthrough_works_as_written() -> anyhow::Result<()> {
         "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": HOST_A},
                  "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}})).await?;
     let root = banlieue_tests::control::repo_root();
-    let plugin_dir = std::env::current_exe()?.parent().and_then(|d| d.parent()).map(|d| d.to_path_buf()).expect("target dir");
-    let path = format!("{}:{}", plugin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = banlieue_tests::control::path_with_workspace_binaries();
     let run = |args: Vec<String>| {
         let env = &env;
         let path = path.clone();

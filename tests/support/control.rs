@@ -18,6 +18,14 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
 }
 
+/// `PATH` with this workspace's binaries first (the tests run from `target/<profile>/deps`),
+/// so kubectl finds the `kubectl-vm` plugin built with them.
+pub fn path_with_workspace_binaries() -> String {
+    let exe = std::env::current_exe().expect("test executable");
+    let bins = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
+    format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default())
+}
+
 /// The directory of built guest components (`guests/build.sh` writes it).
 pub fn guests_dist() -> PathBuf {
     repo_root().join("guests/dist")

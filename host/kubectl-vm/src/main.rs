@@ -218,10 +218,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::List => list(&t).await,
         Command::Status { name } => status(&t, &name).await,
         Command::Start { name, wait } => {
-            let vm = writable(&t, &name).await?;
+            writable(&t, &name).await?;
             set_spec(&t, &name, json!({"desiredPowerState": "PoweredOn"})).await?;
             println!("virtualmachine/{name} starting");
-            let _ = vm;
             if wait.wait {
                 await_vm(&t, &name, wait, "Ready and PoweredOn", |vm| power(vm) == Some("PoweredOn") && ready(vm)).await?;
             }
