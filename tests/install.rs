@@ -233,6 +233,19 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         ("controller", "update", "coordination.k8s.io", "leases"),
         ("provider", "update", "coordination.k8s.io", "leases"),
         ("operator", "update", "coordination.k8s.io", "leases"),
+        // Cluster API objects, and a template's class and image (the CAPI suite, which runs
+        // the roles as these ServiceAccounts too).
+        ("controller", "get", "banlieue.io", "vmclasses"),
+        ("controller", "get", "banlieue.io", "vmimages"),
+        ("controller", "get", "cluster.x-k8s.io", "clusters"),
+        ("controller", "list", "cluster.x-k8s.io", "clusters"),
+        ("controller", "watch", "cluster.x-k8s.io", "clusters"),
+        ("controller", "get", "cluster.x-k8s.io", "machines"),
+        ("controller", "list", "cluster.x-k8s.io", "machines"),
+        ("controller", "watch", "cluster.x-k8s.io", "machines"),
+        ("provider", "get", "cluster.x-k8s.io", "clusters"),
+        ("provider", "list", "cluster.x-k8s.io", "clusters"),
+        ("provider", "watch", "cluster.x-k8s.io", "clusters"),
     ]);
     for role in Role::ALL {
         let user = role.user();

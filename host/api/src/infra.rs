@@ -55,9 +55,23 @@ pub struct InfraMachineSpec {
     /// (machines created by CAPI from a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_ref: Option<NameRef>,
-    /// The resolved VM.
+    /// The VMClass to resolve `vm` from, for machines CAPI makes from a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_ref: Option<NameRef>,
+    /// The VMImage to resolve `vm` from, for machines CAPI makes from a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<NameRef>,
+    /// The resolved VM (written by banlieue; left empty in a template).
     #[serde(default)]
     pub vm: ResolvedVm,
+}
+
+impl InfraMachineSpec {
+    /// The failure domain as the Provider's driver names it. CAPI names a cluster's domains
+    /// `<provider>/<domain>`; `vm.failureDomain` then holds the Provider's own name.
+    pub fn backend_failure_domain(&self) -> Option<&str> {
+        self.vm.failure_domain.as_deref().or(self.failure_domain.as_deref())
+    }
 }
 
 /// A VM with every reference resolved to backend terms.
@@ -91,6 +105,23 @@ pub struct ResolvedVm {
     /// Bumped to restart the machine once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
+    /// The Provider's own name of the failure domain, when `spec.failureDomain` holds the
+    /// cluster-wide name CAPI uses (`<provider>/<domain>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
+    /// How the guest reads `userData`: cloud-init (default) or Ignition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_format: Option<UserDataFormat>,
+}
+
+/// The format of a bootstrap payload (CAPI's bootstrap Secret key `format`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UserDataFormat {
+    #[default]
+    #[serde(rename = "cloud-config")]
+    CloudConfig,
+    #[serde(rename = "ignition")]
+    Ignition,
 }
 
 /// A disk placed on a backend storage target.
@@ -119,6 +150,9 @@ pub struct ResolvedNic {
 pub struct InfraMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<Initialization>,
+    /// `initialization.provisioned` for readers of the v1beta1 contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<MachineAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,6 +170,26 @@ pub struct InfraMachineStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Fields only v1beta1 readers look at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated>,
+}
+
+/// `status.deprecated` of the v1beta2 contract: what v1beta1 readers still read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Deprecated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta1: Option<V1Beta1Failure>,
+}
+
+/// A terminal failure as v1beta1 reported it (v1beta2 has conditions only).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct V1Beta1Failure {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
 }
 
 /// Spec of `<Kind>MachineTemplate`.
@@ -173,17 +227,32 @@ pub struct InfraMachineTemplateResource {
     derive = "PartialEq",
     derive = "Default",
     doc = "A cluster's infrastructure: failure domains aggregated from selected Providers (CAPI v1beta2 InfraCluster contract).",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.controlPlaneEndpoint.host"),
     printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Domains", type_ = "string", priority = 1, json_path = ".status.failureDomains[*].name"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InfraClusterSpec {
+    /// Where the control plane is reached: set by the user, or by the control-plane
+    /// provider (k0smotron); the cluster is provisioned only once it is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
-    /// Providers (same namespace) whose failure domains this cluster uses.
+    /// Providers (same namespace) whose failure domains this cluster uses, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub provider_refs: Vec<NameRef>,
+    /// Providers (same namespace) whose failure domains this cluster uses, by label
+    /// (besides `providerRefs`; with neither, every Provider of the namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_selector: Option<LabelSelector>,
+    /// Which failure domains may host control-plane machines, matched against the
+    /// domain's attributes (its labels, `banlieue.io/provider`, `banlieue.io/failure-domain`).
+    /// Without it, every domain may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_selector: Option<LabelSelector>,
 }
 
 /// Where the control plane is reached.
@@ -200,18 +269,28 @@ pub struct ApiEndpoint {
 pub struct InfraClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<Initialization>,
+    /// `initialization.provisioned` for readers of the v1beta1 contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// The failure domains of the selected Providers, named `<provider>/<domain>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = 100))]
     pub failure_domains: Vec<ClusterFailureDomain>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Fields only v1beta1 readers look at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated>,
 }
 
 /// A failure domain as CAPI v1beta2 lists it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterFailureDomain {
+    #[schemars(length(min = 1, max = 256))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<bool>,

@@ -1,4 +1,4 @@
-//! Which `<Kind>Machine` kinds exist: one per ProviderClass `infrastructureKind`.
+//! Which `<Kind>Machine` (and `<Kind>Cluster`) kinds exist: one per ProviderClass `infrastructureKind`.
 //! Third-party classes appear at run time, so roles that work on machines start
 //! their per-kind watches from this stream rather than from a fixed list.
 
@@ -18,6 +18,12 @@ use kube::runtime::{watcher, WatchStreamExt};
 pub fn machine_resource(prefix: &str) -> ApiResource {
     let gvk = GroupVersionKind::gvk(INFRA_GROUP, banlieue_api::VERSION, &format!("{prefix}Machine"));
     ApiResource::from_gvk_with_plural(&gvk, &format!("{}machines", prefix.to_ascii_lowercase()))
+}
+
+/// The API resource of `<prefix>Cluster`.
+pub fn cluster_resource(prefix: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(INFRA_GROUP, banlieue_api::VERSION, &format!("{prefix}Cluster"));
+    ApiResource::from_gvk_with_plural(&gvk, &format!("{}clusters", prefix.to_ascii_lowercase()))
 }
 
 /// Each infrastructure kind prefix, once, as ProviderClasses declaring it appear.
@@ -40,4 +46,29 @@ pub fn watch(client: kube::Client) -> impl Stream<Item = String> + Send {
             };
             futures::future::ready(new)
         })
+}
+
+/// The stop signal each per-kind reconciler gets (a clone of the role's).
+pub type Stop = futures::future::Shared<std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>>;
+
+/// Run `start(prefix, stop)` for each infrastructure kind as it appears, until `stop`
+/// resolves and every started reconciler has finished.
+pub async fn per_kind<F, Fut>(client: kube::Client, stop: impl Future<Output = ()> + Send + Sync + 'static, start: F)
+where
+    F: Fn(String, Stop) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let stop: Stop = futures::FutureExt::shared(Box::pin(stop) as std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
+    let mut kinds = watch(client).boxed();
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            kind = kinds.next() => {
+                let Some(kind) = kind else { break };
+                running.spawn(start(kind, stop.clone()));
+            }
+            _ = stop.clone() => break,
+        }
+    }
+    while running.join_next().await.is_some() {}
 }

@@ -4,11 +4,14 @@
 //!   gathering candidates for the placement component;
 //! - [`machine`]: the generic infrastructure-machine reconciler over every
 //!   `<Kind>Machine` (role `provider`), and [`provider`] probing Providers;
+//! - [`capi`]: the Cluster API contract: `<Kind>Cluster`s, and binding the machines
+//!   CAPI makes from templates (role `controller`);
 //! - [`operator`]: ProviderClasses and PlacementPolicies (role `operator`).
 //!
 //! Components are loaded only through [`components`], grants are built only in
 //! [`grants`]. [`run`] starts the roles asked for, each behind its own Lease.
 
+pub mod capi;
 pub mod components;
 pub mod conditions;
 mod finalizer;
@@ -23,6 +26,7 @@ pub mod pool;
 pub mod provider;
 pub mod reasons;
 pub mod reconciler;
+pub mod resolve;
 pub mod scheduling;
 pub mod status;
 pub mod vm;
@@ -285,7 +289,9 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
                 match role {
                     Role::Operator => operator::run(ctx.clone(), stopped()).await,
                     Role::Provider => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
-                    Role::Controller => futures::future::try_join(vm::run(ctx.clone(), stopped()), pool::run(ctx.clone(), stopped())).await.map(|_| ()),
+                    Role::Controller => futures::future::try_join3(vm::run(ctx.clone(), stopped()), pool::run(ctx.clone(), stopped()), capi::run(ctx.clone(), stopped()))
+                        .await
+                        .map(|_| ()),
                 }
             };
             let role = role.name();

@@ -11,15 +11,16 @@
 //! - `delete` runs behind the finalizer `banlieue.io/provider`, so the Machine
 //!   outlives its backend VM.
 //!
-//! A Machine annotated `cluster.x-k8s.io/paused` is left alone. Retryable driver
-//! errors back off; terminal ones become a condition and wait for a change.
+//! A Machine annotated `cluster.x-k8s.io/paused`, or of a paused CAPI Cluster, is left
+//! alone. Retryable driver errors back off; terminal ones become a condition (and, for
+//! CAPI's v1beta1 readers, `status.deprecated.v1beta1.failureReason`) and wait for a change.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
-use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
+use banlieue_api::infra::{Deprecated, InfraMachineSpec, InfraMachineStatus, V1Beta1Failure};
 use banlieue_api::Provider;
 use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
@@ -35,12 +36,14 @@ use crate::status;
 use crate::conditions::{self, PROVISIONED, READY};
 use crate::reasons::{call_failure, Failure, Reason};
 use crate::reconciler::{acted_on, Frame, Outcome};
-use crate::infra_kinds::PAUSED_ANNOTATION;
-use crate::{finalizer, infra_kinds, Context, Error};
+use crate::{capi, finalizer, infra_kinds, Context, Error};
 
 pub const FINALIZER: &str = "banlieue.io/provider";
 /// How often a settled machine is described again, to notice drift.
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// `status.deprecated.v1beta1.failureReason` of a terminal failure (CAPI's v1beta1
+/// `MachineStatusError` for a spec that cannot be realised).
+pub const V1BETA1_FAILURE_REASON: &str = "InvalidConfiguration";
 /// The first look again at a machine still on its way (powering on, waiting for an address).
 pub const SETTLING_MIN: Duration = Duration::from_secs(2);
 
@@ -52,19 +55,7 @@ struct Kind {
 
 /// Start a reconciler for every `<Kind>Machine` as ProviderClasses declare kinds.
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let stop = futures::FutureExt::shared(Box::pin(stop));
-    let mut kinds = infra_kinds::watch(ctx.client.clone()).boxed();
-    let mut running = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            kind = kinds.next() => {
-                let Some(kind) = kind else { break };
-                running.spawn(reconcile_kind(ctx.clone(), kind, stop.clone()));
-            }
-            _ = stop.clone() => break,
-        }
-    }
-    while running.join_next().await.is_some() {}
+    infra_kinds::per_kind(ctx.client.clone(), stop, |kind, stop| reconcile_kind(ctx.clone(), kind, stop)).await;
     Ok(())
 }
 
@@ -82,6 +73,7 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let controller = Controller::for_stream_with(changes, store.clone(), resource.clone());
     let frame = Frame::new(ctx.clone(), "machine", store.clone(), resource.clone());
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let (by_cluster, r2) = (store.clone(), resource.clone());
     controller
         // A Provider that appears or changes unblocks the machines that name it.
         .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |p| {
@@ -93,6 +85,12 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
                 .map(|m| ObjectRef::from_obj_with(&*m, resource.clone()))
                 .collect::<Vec<_>>()
         })
+        // Unpausing a CAPI Cluster resumes its machines.
+        .watches_stream_with(
+            capi::changes(&ctx, capi::cluster_resource()),
+            move |c: DynamicObject| capi::machine::of_cluster(&by_cluster, &c, &r2),
+            capi::cluster_resource(),
+        )
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
@@ -116,9 +114,6 @@ use crate::grants::Backend;
 
 async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
-    if m.annotations().contains_key(PAUSED_ANNOTATION) {
-        return Ok(Outcome::AwaitChange);
-    }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &m.namespace().unwrap_or_default(), &kind.resource);
     let spec = match spec(m) {
         Ok(s) => s,
@@ -129,6 +124,30 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
             return Ok(Outcome::AwaitChange);
         }
     };
+    if spec.provider_ref.is_none() {
+        // Not bound to a Provider yet (a machine CAPI made from a template): `capi::machine`
+        // binds it and owns its conditions until then; nothing exists on a backend.
+        if m.metadata.deletion_timestamp.is_some() && finalizer::has(m, FINALIZER) {
+            finalizer::remove(&api, m, FINALIZER).await?;
+        }
+        return Ok(Outcome::AwaitChange);
+    }
+    // Paused (by its VM, or by CAPI on the machine or its Cluster): nothing is touched,
+    // not even a deletion. Machines of a CAPI cluster say so in a `Paused` condition.
+    let capi_cluster = if capi::cluster_name(m).is_some() { capi::cluster_of(&ctx.client, m).await? } else { None };
+    let paused = capi::paused(capi_cluster.as_ref(), m);
+    let mut base = status(m);
+    if capi::cluster_name(m).is_some() {
+        let (reason, why) = match &paused {
+            Some(why) => (Reason::Paused, why.clone()),
+            None => (Reason::NotPaused, String::new()),
+        };
+        conditions::set(&mut base.conditions, capi::PAUSED_CONDITION, paused.is_some(), reason, why, m.metadata.generation);
+    }
+    if paused.is_some() {
+        write_status(&api, m, base).await?;
+        return Ok(Outcome::AwaitChange);
+    }
     if m.metadata.deletion_timestamp.is_some() {
         return delete(m, &spec, kind, &api).await;
     }
@@ -136,7 +155,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         finalizer::add(&api, m, FINALIZER).await?;
         return Ok(Outcome::AwaitChange);
     }
-    let mut st = status(m);
+    let mut st = base;
     let generation = m.metadata.generation;
     let outcome = async {
         let backend = backend(ctx, m, &spec).await?;
@@ -162,6 +181,11 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason || c.status != "False");
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             st.observed_generation = generation;
+            if !retryable {
+                // v1beta1 readers learn of a terminal failure only from these fields.
+                let failure = V1Beta1Failure { failure_reason: Some(V1BETA1_FAILURE_REASON.into()), failure_message: Some(format!("{reason}: {message}")) };
+                st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
+            }
             if changed {
                 ctx.event(&m.object_ref(&kind.resource), true, reason, "Reconcile", message).await;
             }
@@ -190,7 +214,8 @@ fn next_look(st: &InfraMachineStatus) -> Duration {
 async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
     let ns = m.namespace().unwrap_or_default();
     let Some(provider_ref) = &spec.provider_ref else {
-        return Err((Reason::NoProvider, "spec.providerRef is not set; banlieue places only Machines made for a VirtualMachine so far".into(), false));
+        // Unbound machines never get here (see `reconcile_inner`).
+        return Err((Reason::InvalidSpec, "spec.providerRef is not set".into(), false));
     };
     let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     let provider = providers
@@ -209,7 +234,7 @@ fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
         name: m.name_any(),
         namespace: m.namespace().unwrap_or_default(),
         provider_id: spec.provider_id.clone(),
-        failure_domain: spec.failure_domain.clone().unwrap_or_default(),
+        failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
     }
 }
 
@@ -264,6 +289,8 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
 
 fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed: &MachineStatus, generation: Option<i64>) {
     st.initialization = Some(Initialization { provisioned: Some(observed.provisioned) });
+    st.ready = Some(observed.provisioned);
+    st.deprecated = None;
     st.addresses = observed.addresses.iter().map(address).collect();
     st.failure_domain = spec.failure_domain.clone();
     let power = api_power(observed.power_state);
@@ -367,7 +394,7 @@ async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) 
         nics: vm.nics.iter().map(|n| wit::Nic { name: n.name.clone(), network: n.network.clone() }).collect(),
         image,
         user_data,
-        failure_domain: spec.failure_domain.clone().unwrap_or_default(),
+        failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
         power_state: wit_power(vm.power_state),
         labels: m.labels().clone().into_iter().collect(),
     })

@@ -64,6 +64,8 @@ const BANLIEUE: &str = "banlieue.io";
 /// Every resource of this group is an infrastructure `<Kind>Machine`, and the kinds come
 /// from ProviderClasses at run time, so rules name the group's resources with `*`.
 const INFRASTRUCTURE: &str = "infrastructure.banlieue.io";
+/// Cluster API core (read only; banlieue is an infrastructure provider).
+const CAPI: &str = "cluster.x-k8s.io";
 
 /// The rules a role needs cluster-wide (VMs and Providers live in any namespace).
 pub fn cluster_rules(role: Role) -> Vec<Rule> {
@@ -73,9 +75,12 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(BANLIEUE, &["virtualmachines"], &["list", "watch", "create", "patch", "delete"]),
             rule(BANLIEUE, &["virtualmachines/status", "virtualmachinepools/status"], &["patch"]),
             rule(BANLIEUE, &["virtualmachinepools"], WATCH),
-            // Read from caches; a class's PlacementPolicy is fetched when a VM is placed.
-            rule(BANLIEUE, &["vmclasses", "vmimages", "providers", "providerclasses"], WATCH),
-            rule(BANLIEUE, &["placementpolicies"], READ),
+            // Read from caches; a class's PlacementPolicy is fetched when a VM is placed, a
+            // template's class and image when a machine CAPI made is bound.
+            rule(BANLIEUE, &["providers", "providerclasses"], WATCH),
+            rule(BANLIEUE, &["vmclasses", "vmimages", "placementpolicies"], READ),
+            // CAPI's Clusters (pausing, failure domains) and Machines (bootstrap data).
+            rule(CAPI, &["clusters", "machines"], READ),
             // Machines are created by server-side apply, which RBAC authorizes as `create` too.
             rule(INFRASTRUCTURE, &["*"], &["get", "list", "watch", "create", "patch", "delete"]),
         ],
@@ -84,6 +89,8 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(BANLIEUE, &["providers/status"], &["patch"]),
             rule(BANLIEUE, &["providerclasses"], READ),
             rule(INFRASTRUCTURE, &["*"], &["list", "watch", "patch"]),
+            // A CAPI Cluster's `spec.paused` pauses its machines.
+            rule(CAPI, &["clusters"], READ),
         ],
         Role::Operator => vec![
             rule(BANLIEUE, &["providerclasses", "placementpolicies"], WATCH),

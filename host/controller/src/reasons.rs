@@ -35,14 +35,17 @@ reasons! {
     // Progress.
     Scheduled, Rescheduled, PlacementHolds, Provisioning, Provisioned, Moving, Deleting, Deleted,
     Paused, Resumed, Restarted, Ready, Probed, Loaded, BuiltIn, SignatureVerified, UnsignedAllowed,
-    WaitingForInfrastructure,
+    WaitingForInfrastructure, NotPaused,
+    // CAPI: what a cluster or a machine made from a template waits for.
+    WaitingForCluster, WaitingForClusterInfrastructure, WaitingForControlPlaneEndpoint, WaitingForOwner,
+    WaitingForBootstrapData, NoFailureDomains,
     // What the backend reports about a machine.
     PoweredOn, PoweredOff, Suspended, Cloning, Configuring, PoweringOn, WaitingForAddress, Running,
     ShuttingDown, PowerStateMismatch,
     // Objects a VM or Machine names that are missing or wrong.
     ClassNotFound, ImageNotFound, UserDataNotFound, InvalidUserData, ProviderNotFound,
-    ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, NoProvider, InvalidSpec,
-    InvalidPlacement, InvalidConnection,
+    ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, InvalidSpec,
+    InvalidPlacement, InvalidConnection, InvalidBootstrapData, FailureDomainNotFound,
     // Placement.
     NoCandidates, InvalidDecision, PlacementPolicyNotReady, MigrationPending, MigrationDisabled,
     // Backends and drivers.

@@ -103,7 +103,7 @@ pub fn backoff_after(n: u32) -> Duration {
 }
 
 /// A hash of what a reconcile acts on: the spec (generation), labels, annotations,
-/// finalizers and deletion. Used as a predicate so a reconciler's own status writes
+/// owners (CAPI sets a machine's after creating it), finalizers and deletion. Used as a predicate so a reconciler's own status writes
 /// do not wake it again.
 pub fn acted_on<K: Resource>(obj: &K) -> Option<u64> {
     let meta = obj.meta();
@@ -111,6 +111,9 @@ pub fn acted_on<K: Resource>(obj: &K) -> Option<u64> {
     meta.generation.hash(&mut h);
     meta.labels.hash(&mut h);
     meta.annotations.hash(&mut h);
+    for o in meta.owner_references.iter().flatten() {
+        o.uid.hash(&mut h);
+    }
     meta.finalizers.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     Some(h.finish())

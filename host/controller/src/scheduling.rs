@@ -13,7 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use kube::ResourceExt;
 
+use banlieue_api::common::NameRef;
+use banlieue_api::PlacementPolicy;
+use kube::Api;
+
 use crate::conditions::{self, READY};
+use crate::reasons::{api_failure, call_failure, Failure, Reason};
+use crate::Context;
 
 /// Labels every candidate carries besides its failure domain's own.
 pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
@@ -209,6 +215,56 @@ fn anti_affinity(r: &banlieue_api::vm::AntiAffinityRule) -> AntiAffinity {
         required: r.mode == AffinityMode::Required,
         weight: r.weight.max(0) as u32,
     }
+}
+
+/// What the placement component chose, and why.
+pub struct Decision {
+    pub candidate: Candidate,
+    /// The policy that chose (`spread` when none is named).
+    pub policy: String,
+    /// The policy's own words.
+    pub why: String,
+}
+
+/// Let the placement policy `policy_ref` (or the built-in spread) choose among
+/// `candidates`. `request` builds the request from the policy's parameters; `object`
+/// names what is placed, for the component's log lines. A policy answering with
+/// something that is not a candidate is refused here.
+pub async fn decide(
+    ctx: &Context,
+    policy_ref: Option<&NameRef>,
+    request: impl FnOnce(&BTreeMap<String, serde_json::Value>) -> Request,
+    candidates: &[Candidate],
+    object: String,
+) -> Result<Decision, Failure> {
+    let (policy_name, policy, parameters) = match policy_ref {
+        None => ("spread".to_string(), ctx.components.builtin_policy("spread").await, BTreeMap::new()),
+        Some(r) => {
+            let pp = Api::<PlacementPolicy>::all(ctx.client.clone())
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| api_failure(&e))?
+                .ok_or_else(|| (Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name), false))?;
+            (r.name.clone(), ctx.components.policy(&pp).await, pp.spec.parameters.clone())
+        }
+    };
+    let policy = policy.map_err(|e| (Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}"), false))?;
+    let request = request(&parameters);
+    let grants = banlieue_runtime::capability::Grants {
+        log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object },
+        ..Default::default()
+    };
+    let decision = ctx.call(&policy_name, "choose", policy.component.choose(&request, candidates, policy.limits, grants)).await.map_err(|e| {
+        let (reason, message, retry) = call_failure(&e);
+        let reason = if reason == Reason::BackendUnavailable { Reason::NoCandidates } else { reason };
+        (reason, format!("placement policy {policy_name:?}: {message}"), retry)
+    })?;
+    let candidate = candidates
+        .iter()
+        .find(|c| c.provider == decision.provider && c.failure_domain == decision.failure_domain)
+        .cloned()
+        .ok_or_else(|| (Reason::InvalidDecision, format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain), false))?;
+    Ok(Decision { candidate, policy: policy_name, why: decision.reason })
 }
 
 #[cfg(test)]

@@ -17,8 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use banlieue_api::class::DEFAULT_POWER_OFF_TIMEOUT_SECONDS;
-use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedDisk, ResolvedNic, ResolvedVm};
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedVm};
 use banlieue_api::provider::Provider;
 use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
 use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
@@ -33,7 +32,7 @@ use kube::{Resource, ResourceExt};
 use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::infra_kinds::PAUSED_ANNOTATION;
-use crate::reasons::{call_failure, Reason};
+use crate::reasons::Reason;
 use crate::reconciler::{acted_on, Frame, Outcome};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
@@ -362,37 +361,11 @@ impl<'a> Reconcile<'a> {
         }
         // The VM's own policy (a pool sets its own on members), else the class's, else spread.
         let policy_ref = self.vm.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).or(class.spec.placement_policy_ref.as_ref());
-        let (policy_name, policy, parameters) = match policy_ref {
-            None => ("spread".to_string(), self.ctx.components.builtin_policy("spread").await, BTreeMap::new()),
-            Some(r) => {
-                let pp = Api::<PlacementPolicy>::all(self.ctx.client.clone())
-                    .get_opt(&r.name)
-                    .await
-                    .map_err(api_error)?
-                    .ok_or_else(|| blocked(SCHEDULED, Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name)))?;
-                (r.name.clone(), self.ctx.components.policy(&pp).await, pp.spec.parameters.clone())
-            }
-        };
-        let policy = policy.map_err(|e| blocked(SCHEDULED, Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}")))?;
-        let request = scheduling::request(self.vm, class, &parameters);
-        let grants = banlieue_runtime::capability::Grants {
-            log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object: format!("{}/{}", self.ns, self.name) },
-            ..Default::default()
-        };
-        let decision = self
-            .ctx
-            .call(&policy_name, "choose", policy.component.choose(&request, &found.candidates, policy.limits, grants))
+        let request = |parameters: &BTreeMap<String, serde_json::Value>| scheduling::request(self.vm, class, parameters);
+        let decision = scheduling::decide(self.ctx, policy_ref, request, &found.candidates, format!("{}/{}", self.ns, self.name))
             .await
-            .map_err(|e| {
-                let (reason, message, retry) = call_failure(&e);
-                let reason = if reason == Reason::BackendUnavailable { Reason::NoCandidates } else { reason };
-                Blocked { condition: SCHEDULED, reason, message: format!("placement policy {policy_name:?}: {message}"), retry }
-            })?;
-        let chosen = found
-            .candidates
-            .iter()
-            .find(|c| c.provider == decision.provider && c.failure_domain == decision.failure_domain)
-            .ok_or_else(|| blocked(SCHEDULED, Reason::InvalidDecision, format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain)))?;
+            .map_err(|(reason, message, retry)| Blocked { condition: SCHEDULED, reason, message, retry })?;
+        let (chosen, policy_name) = (&decision.candidate, &decision.policy);
         let provider_name = chosen.provider.rsplit('/').next().unwrap_or_default().to_string();
         let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, provider_name.clone()))?;
         let caps = &provider.spec.capabilities;
@@ -403,7 +376,7 @@ impl<'a> Reconcile<'a> {
             storage: class.spec.disks.iter().filter_map(|d| Some((d.storage_class.clone(), caps.storage_classes.get(&d.storage_class)?.clone()))).collect(),
             networks: class.spec.nics.iter().filter_map(|n| Some((n.network_class.clone(), caps.network_classes.get(&n.network_class)?.clone()))).collect(),
         };
-        let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.reason);
+        let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.why);
         self.set(SCHEDULED, true, Reason::Scheduled, message.clone());
         // Until a Machine for this decision says otherwise, the VM is not ready.
         let (reason, note) = match &self.status.infrastructure_ref {
@@ -449,45 +422,20 @@ impl<'a> Reconcile<'a> {
         scheduled: &Scheduled,
         existing: Option<DynamicObject>,
     ) -> Result<DynamicObject, Blocked> {
-        let c = &class.spec;
-        let caps = &provider.spec.capabilities;
-        let source = image
-            .spec
-            .sources
-            .iter()
-            .find(|s| s.provider_class == scheduled.provider_class)
-            .ok_or_else(|| blocked(SCHEDULED, Reason::NoImageSource, format!("VMImage {:?} has no source for class {:?}", image.name_any(), scheduled.provider_class)))?;
-        let mut image_map = BTreeMap::new();
-        for (k, v) in [("template", &source.template), ("backingFile", &source.backing_file), ("url", &source.url), ("checksum", &source.checksum)] {
-            if let Some(v) = v {
-                image_map.insert(k.to_string(), v.clone());
-            }
-        }
+        let resolved = crate::resolve::machine_vm(class, image, provider, &scheduled.provider_class)
+            .map_err(|(reason, message, _)| blocked(SCHEDULED, reason, message))?;
         let spec = InfraMachineSpec {
             provider_id: None,
             failure_domain: Some(scheduled.failure_domain.clone()),
             provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
             vm: ResolvedVm {
-                cpus: c.cpus,
-                memory_mib: c.memory_mib,
-                firmware: c.firmware,
-                disks: c
-                    .disks
-                    .iter()
-                    .map(|d| ResolvedDisk { name: d.name.clone(), size_gib: d.size_gib, target: caps.storage_classes.get(&d.storage_class).cloned().unwrap_or_default() })
-                    .collect(),
-                nics: c
-                    .nics
-                    .iter()
-                    .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default() })
-                    .collect(),
-                image: image_map,
                 user_data: self.vm.spec.user_data.clone(),
                 power_state: self.vm.spec.desired_power_state,
                 power_off_mode: self.vm.spec.power_off_mode,
-                power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
+                ..resolved
             },
+            ..Default::default()
         };
         let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
         let body = serde_json::json!({
