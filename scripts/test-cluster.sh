@@ -13,7 +13,7 @@ export KUBECONFIG=${BANLIEUE_TEST_KUBECONFIG:?set BANLIEUE_TEST_KUBECONFIG}
 
 cluster_objects() {
     {
-        kubectl get crd -o name | grep -E '\.(infrastructure\.)?banlieue\.io$' || true
+        kubectl get crd -o name | grep -E '\.(infrastructure\.)?banlieue\.io$|\.cluster\.x-k8s\.io$' || true
         kubectl get vmclasses,vmimages,providerclasses,placementpolicies -o name 2>/dev/null || true
         kubectl get clusterroles,clusterrolebindings -o name | grep -E '/banlieue-' || true
         kubectl get namespace banlieue-system -o name 2>/dev/null || true

@@ -38,11 +38,14 @@ impl Capi {
     async fn start(test: &str) -> anyhow::Result<Capi> {
         let env = TestEnv::start(test).await?;
         env.install_crds().await?;
-        let crds = repo_root().join("tests/capi/crds.yaml");
-        env.kubectl(&["apply", "--server-side", "--field-manager=capi-tests", "-f", &crds.to_string_lossy()]).await?;
+        // CAPI's own CRDs on a cluster that has CAPI installed; else the contract's shapes.
+        let crd_api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(env.client.clone());
+        if crd_api.get_opt("machines.cluster.x-k8s.io").await?.is_none() {
+            let crds = repo_root().join("tests/capi/crds.yaml");
+            env.kubectl(&["apply", "--server-side", "--field-manager=capi-tests", "-f", &crds.to_string_lossy()]).await?;
+        }
         for name in ["clusters.cluster.x-k8s.io", "machines.cluster.x-k8s.io"] {
-            let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(env.client.clone());
-            wait_for(&api, name, 30, "established", kube::runtime::wait::conditions::is_crd_established()).await?;
+            wait_for(&crd_api, name, 30, "established", kube::runtime::wait::conditions::is_crd_established()).await?;
         }
         let cp = if env.embedded().is_some() {
             env.create_namespace("banlieue-system").await?;

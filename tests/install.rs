@@ -54,9 +54,17 @@ async fn the_deploy_tree_renders_and_every_object_passes_the_server_schema() -> 
         *m.entry(o["kind"].as_str().unwrap_or_default()).or_default() += 1;
         m
     });
-    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 3), ("ClusterRole", 3), ("ClusterRoleBinding", 3), ("Role", 3), ("RoleBinding", 3), ("Deployment", 3), ("PodDisruptionBudget", 3), ("Service", 1)] {
+    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 3), ("ClusterRole", 4), ("ClusterRoleBinding", 3), ("Role", 3), ("RoleBinding", 3), ("Deployment", 3), ("PodDisruptionBudget", 3), ("Service", 1)] {
         assert_eq!(kinds.get(kind), Some(&n), "{kind} in {kinds:?}");
     }
+
+    // The ClusterRole Cluster API's manager aggregates (the InfraMachine contract's RBAC rule),
+    // bound to nobody by banlieue.
+    let aggregated = of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"] == "true")
+        .expect("a ClusterRole labelled cluster.x-k8s.io/aggregate-to-manager");
+    assert_eq!(aggregated["rules"][0]["apiGroups"], json!(["infrastructure.banlieue.io"]));
 
     // Each role's Deployment: its ServiceAccount, the restricted Pod Security profile,
     // probes on the metrics port, requests and a memory limit, a tagged image, a PDB.
