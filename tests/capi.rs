@@ -277,6 +277,11 @@ async fn a_workload_cluster_on_two_providers_as_capi_drives_it() -> anyhow::Resu
     let dry = PatchParams::apply("capi-topology").dry_run();
     templates.patch("workers", &dry, &Patch::Apply(&workers)).await?;
     assert!(templates.get_opt("workers").await?.is_none(), "a dry run creates nothing");
+    let cluster_templates = Api::<DynamicObject>::namespaced_with(t.env.client.clone(), &ns, &resource(INFRA, "v1alpha1", "LibvirtClusterTemplate"));
+    let cluster_template = json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "LibvirtClusterTemplate", "metadata": {"name": "two-labs", "namespace": ns},
+        "spec": {"template": {"spec": {"providerRefs": [{"name": "lab-a"}, {"name": "lab-b"}], "controlPlaneSelector": {"matchLabels": {"banlieue.io/provider": "lab-a"}}}}}});
+    cluster_templates.patch("two-labs", &dry, &Patch::Apply(&cluster_template)).await?;
+    assert!(cluster_templates.get_opt("two-labs").await?.is_none());
     apply(&t.env.client, workers.clone()).await?;
 
     // A control-plane machine without a failure domain goes where control planes may.
@@ -293,10 +298,16 @@ async fn a_workload_cluster_on_two_providers_as_capi_drives_it() -> anyhow::Resu
     assert_eq!(recorded_user_data(&xml).as_deref(), Some("#cloud-config\nhostname: cp-0\n"), "the bootstrap data is the user-data");
     assert!(t.domain(&uri_b, "cp-0").await?.is_none());
 
+    // A second control plane also goes to lab-a, where spread alone would put it on lab-b.
+    t.machine("demo", "cp-1", &workers, true, None, Some("#cloud-config\nhostname: cp-1\n")).await?;
+    let cp1 = t.provisioned("cp-1").await?;
+    assert_eq!(cp1.data.pointer("/spec/failureDomain"), Some(&json!(domain_a)), "control planes only in domains marked for them");
+    assert!(t.domain(&uri_a, "cp-1").await?.is_some());
+
     // Workers spread across the cluster's domains; one CAPI put in a domain stays there.
     t.machine("demo", "w-0", &workers, false, None, Some("#cloud-config\n")).await?;
     let w0 = t.provisioned("w-0").await?;
-    assert_eq!(w0.data.pointer("/spec/failureDomain"), Some(&json!(domain_b)), "spread puts the first worker beside the control plane");
+    assert_eq!(w0.data.pointer("/spec/failureDomain"), Some(&json!(domain_b)), "spread puts the first worker where no control plane is");
     assert!(t.domain(&uri_b, "w-0").await?.is_some());
     t.machine("demo", "w-1", &workers, false, Some(&domain_a), Some("#cloud-config\n")).await?;
     let w1 = t.provisioned("w-1").await?;
@@ -389,6 +400,14 @@ async fn bad_templates_and_bootstrap_data_say_what_is_wrong_and_create_nothing()
     })
     .await?;
 
+    let mut no_ref = template(&t.env, "no-ref", "x", &format!("{ns}-debian"));
+    no_ref["spec"]["template"]["spec"].as_object_mut().map(|s| s.remove("classRef"));
+    t.machine("demo", "m-ref", &no_ref, false, None, Some("#cloud-config\n")).await?;
+    let m = t.ready_reason("m-ref", "InvalidSpec").await?;
+    assert!(condition(&m, "Ready").is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("classRef")));
+    let failure = m.data.pointer("/status/deprecated/v1beta1").cloned().unwrap_or_default();
+    assert_eq!(failure["failureReason"], "InvalidConfiguration", "v1beta1 readers see the terminal failure: {failure}");
+
     let no_class = template(&t.env, "no-class", "no-such-class", &format!("{ns}-debian"));
     t.machine("demo", "m-class", &no_class, false, None, Some("#cloud-config\n")).await?;
     let m = t.ready_reason("m-class", "ClassNotFound").await?;
@@ -411,8 +430,19 @@ async fn bad_templates_and_bootstrap_data_say_what_is_wrong_and_create_nothing()
     let m = t.ready_reason("m-value", "InvalidBootstrapData").await?;
     assert!(condition(&m, "Ready").is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("\"value\"")));
 
+    // A cluster whose selector cannot work: a condition, and the v1beta1 failure fields.
+    t.cluster("broken", json!({"controlPlaneEndpoint": {"host": "192.0.2.11", "port": 6443},
+                               "controlPlaneSelector": {"matchExpressions": [{"key": "tier", "operator": "Bogus"}]}})).await?;
+    let broken = wait_for(&t.infra_clusters, "broken", 60, "Ready=False/InvalidSpec", |c: Option<&DynamicObject>| {
+        c.and_then(|c| condition(c, "Ready")).is_some_and(|r| r["reason"] == "InvalidSpec")
+    })
+    .await?;
+    assert!(condition(&broken, "Ready").is_some_and(|r| r["message"].as_str().unwrap_or_default().contains("controlPlaneSelector")));
+    assert_eq!(broken.data.pointer("/status/deprecated/v1beta1/failureReason"), Some(&json!("InvalidConfiguration")));
+    assert_ne!(broken.data.pointer("/status/initialization/provisioned"), Some(&json!(true)));
+
     // Nothing of any of them reached the backend, and none was bound.
-    for name in ["m-class", "m-image", "m-domain", "m-value"] {
+    for name in ["m-ref", "m-class", "m-image", "m-domain", "m-value"] {
         assert!(t.domain(&uri, name).await?.is_none(), "{name} has a domain");
         assert!(t.infra_machines.get(name).await?.data.pointer("/spec/providerRef").is_none(), "{name} was bound");
     }

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use banlieue_controller::{Context, Options, Roles};
-use banlieue_tests::bench::{env_or, median};
+use banlieue_tests::bench::{env_or, mark, median, writes_since};
 use banlieue_tests::control::{apply, guests_dist, libvirt_test_node, repo_root};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
@@ -60,15 +60,6 @@ async fn await_machines(client: &kube::Client, cluster: &str, n: usize, limit: D
     })
     .await
     .map_err(|_| anyhow::anyhow!("machines of {cluster} not {n} provisioned within {limit:?}"))?
-}
-
-fn mark(server: &banlieue_apiserver::ApiServer) -> u64 {
-    server.audit_log().last().map_or(0, |e| e.seq + 1)
-}
-
-fn writes_since(server: &banlieue_apiserver::ApiServer, from: u64, own: usize) -> usize {
-    let all = server.audit_log().iter().filter(|e| e.seq >= from && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count();
-    all.saturating_sub(own)
 }
 
 /// A Cluster owning a LibvirtCluster over both Providers, with an endpoint.

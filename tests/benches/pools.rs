@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
 use banlieue_controller::{Context, Options, Roles};
-use banlieue_tests::bench::{env_or, median};
+use banlieue_tests::bench::{env_or, mark, median, writes_since};
 use banlieue_tests::control::{apply, guests_dist, libvirt_test_node};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -49,17 +49,6 @@ async fn await_vms(client: &kube::Client, labels: &str, n: usize, limit: Duratio
     })
     .await
     .map_err(|_| anyhow::anyhow!("VMs {labels} not {n} Ready within {limit:?}"))?
-}
-
-/// The audit log's position now.
-fn mark(server: &banlieue_apiserver::ApiServer) -> u64 {
-    server.audit_log().last().map_or(0, |e| e.seq + 1)
-}
-
-/// Writes (create, update, patch, delete) answered since `from`, less the bench's own `own`.
-fn writes_since(server: &banlieue_apiserver::ApiServer, from: u64, own: usize) -> usize {
-    let all = server.audit_log().iter().filter(|e| e.seq >= from && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count();
-    all.saturating_sub(own)
 }
 
 struct Round {

@@ -88,3 +88,15 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
+
+/// The embedded server's audit log position now (see [`writes_since`]).
+pub fn mark(server: &banlieue_apiserver::ApiServer) -> u64 {
+    server.audit_log().last().map_or(0, |e| e.seq + 1)
+}
+
+/// Writes (create, update, patch, delete) the server answered since `from`, less the
+/// bench's own `own`.
+pub fn writes_since(server: &banlieue_apiserver::ApiServer, from: u64, own: usize) -> usize {
+    let all = server.audit_log().iter().filter(|e| e.seq >= from && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count();
+    all.saturating_sub(own)
+}

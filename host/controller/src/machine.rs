@@ -27,15 +27,15 @@ use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, PROVISIONED, READY};
 use crate::reasons::{call_failure, Failure, Reason};
-use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::{capi, finalizer, infra_kinds, Context, Error};
 
 pub const FINALIZER: &str = "banlieue.io/provider";
@@ -62,16 +62,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
-    let api = ctx.watched_dynamic(&resource);
-    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let changes = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects()
-        // Only what a reconcile acts on wakes it; its own status writes do not.
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
-    let controller = Controller::for_stream_with(changes, store.clone(), resource.clone());
-    let frame = Frame::new(ctx.clone(), "machine", store.clone(), resource.clone());
+    let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource);
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
     controller
@@ -92,7 +83,6 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
             capi::cluster_resource(),
         )
         .graceful_shutdown_on(stop)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(|_| futures::future::ready(()))
         .await;

@@ -97,6 +97,27 @@ where
     }
 }
 
+/// A controller over one dynamic kind (a `<Kind>Machine`, a `<Kind>Cluster`) in the
+/// namespaces this process watches, woken only by what a reconcile acts on (its own
+/// status writes do not wake it); with its cache and its [`Frame`] named `name`.
+pub fn dynamic_controller(
+    ctx: &Arc<Context>,
+    name: &'static str,
+    resource: &kube::api::ApiResource,
+) -> (kube::runtime::Controller<kube::api::DynamicObject>, Store<kube::api::DynamicObject>, Frame<kube::api::DynamicObject>) {
+    use kube::runtime::{watcher, WatchStreamExt};
+    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let changes = kube::runtime::reflector(writer, watcher(ctx.watched_dynamic(resource), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+    let controller = kube::runtime::Controller::for_stream_with(changes, store.clone(), resource.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency));
+    let frame = Frame::new(ctx.clone(), name, store.clone(), resource.clone());
+    (controller, store, frame)
+}
+
 /// The wait before the `n`th retry in a row.
 pub fn backoff_after(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(MAX_BACKOFF)

@@ -20,20 +20,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use banlieue_api::common::Initialization;
-use banlieue_api::infra::{ClusterFailureDomain, InfraClusterSpec, InfraClusterStatus};
+use banlieue_api::infra::{ClusterFailureDomain, Deprecated, InfraClusterSpec, InfraClusterStatus, V1Beta1Failure};
 use banlieue_api::Provider;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::{cluster_of, paused, MANAGED_BY, PAUSED_CONDITION};
 use crate::conditions::{self, READY};
 use crate::reasons::Reason;
-use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::reconciler::{dynamic_controller, Frame, Outcome};
+use crate::machine::V1BETA1_FAILURE_REASON as INVALID_CONFIGURATION;
 use crate::scheduling::{FAILURE_DOMAIN_LABEL, PROVIDER_LABEL};
 use crate::{status, Context, Error};
 
@@ -57,17 +58,11 @@ struct Kind {
 /// Reconcile every `<prefix>Cluster` until `stop`.
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::infra_kinds::cluster_resource(&prefix);
-    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let changes = kube::runtime::reflector(writer, watcher(ctx.watched_dynamic(&resource), watcher::Config::default()))
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
-    let frame = Frame::new(ctx.clone(), "infracluster", store.clone(), resource.clone());
+    let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource);
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (in_namespace, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
-    Controller::for_stream_with(changes, store, resource.clone())
+    controller
         // Failure domains follow the namespace's Providers.
         .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |p| {
             in_namespace
@@ -135,6 +130,10 @@ async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         }
     };
     if let Some((ready, reason, message)) = ready {
+        // v1beta1 readers learn of a terminal failure only from these fields.
+        st.deprecated = (reason == Reason::InvalidSpec).then(|| Deprecated {
+            v1beta1: Some(V1Beta1Failure { failure_reason: Some(INVALID_CONFIGURATION.into()), failure_message: Some(message.clone()) }),
+        });
         let was = conditions::get(&old.conditions, READY).map(|c| (c.status == "True", c.reason.clone()));
         conditions::set(&mut st.conditions, READY, ready, reason, message.clone(), generation);
         if was != Some((ready, reason.as_str().to_string())) {

@@ -23,23 +23,26 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use banlieue_api::common::{NameRef, SecretKeyRef};
-use banlieue_api::infra::{ClusterFailureDomain, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat};
+use banlieue_api::infra::{ClusterFailureDomain, Deprecated, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat, V1Beta1Failure};
 use banlieue_api::vm::{Scheduled, VirtualMachineSpec, VirtualMachineStatus};
 use banlieue_api::{Provider, VMClass, VMImage, VirtualMachine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use super::{cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
 use super::cluster::{BACKEND_DOMAIN_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 use crate::conditions::{self, READY};
+use crate::machine::V1BETA1_FAILURE_REASON;
 use crate::reasons::{api_failure, Failure, Reason};
-use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::{resolve, scheduling, status, Context, Error};
+
+/// What a machine waits for in the normal course of things (Normal events, not failures).
+const WAITING: [Reason; 4] = [Reason::WaitingForOwner, Reason::WaitingForBootstrapData, Reason::WaitingForCluster, Reason::WaitingForClusterInfrastructure];
 
 /// The bootstrap Secret's keys, per CAPI's bootstrap contract.
 pub const BOOTSTRAP_VALUE_KEY: &str = "value";
@@ -54,17 +57,11 @@ struct Kind {
 /// Bind every `<prefix>Machine` CAPI creates, until `stop`.
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::infra_kinds::machine_resource(&prefix);
-    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let changes = kube::runtime::reflector(writer, watcher(ctx.watched_dynamic(&resource), watcher::Config::default()))
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
-    let frame = Frame::new(ctx.clone(), "capimachine", store.clone(), resource.clone());
+    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource);
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
-    Controller::for_stream_with(changes, store, resource.clone())
+    controller
         // The owner Machine appears, gets its bootstrap data or a failure domain.
         .watches_stream_with(
             super::changes(&ctx, super::machine_resource()),
@@ -83,7 +80,6 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
             super::cluster_resource(),
         )
         .graceful_shutdown_on(stop)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(|_| futures::future::ready(()))
         .await;
@@ -142,9 +138,13 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         Err((reason, message, retry)) => {
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
+            // A terminal failure, for v1beta1 readers too (cleared once the machine is Ready).
+            if !retry && !WAITING.contains(&reason) {
+                let failure = V1Beta1Failure { failure_reason: Some(V1BETA1_FAILURE_REASON.into()), failure_message: Some(format!("{reason}: {message}")) };
+                st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
+            }
             if changed {
-                let waiting = matches!(reason, Reason::WaitingForOwner | Reason::WaitingForBootstrapData | Reason::WaitingForCluster | Reason::WaitingForClusterInfrastructure);
-                ctx.event(&m.object_ref(&kind.resource), !waiting, reason, "Schedule", message).await;
+                ctx.event(&m.object_ref(&kind.resource), !WAITING.contains(&reason), reason, "Schedule", message).await;
             }
             if retry { Outcome::Retry } else { Outcome::AwaitChange }
         }
