@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use banlieue_api::VirtualMachine;
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_libvirt::{DomainState, Libvirt};
-use banlieue_tests::control::{apply, guests_dist, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::control::{apply, component_dir, guests_dist, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -237,7 +237,9 @@ async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() 
     env.install_crds().await?;
     let _cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
-    let hostile = format!("file://{}", guests_dist().join("hostile-provider.wasm").display());
+    let hostile_path = component_dir(&env).join("hostile-provider.wasm");
+    std::fs::copy(guests_dist().join("hostile-provider.wasm"), &hostile_path)?;
+    let hostile = format!("file://{}", hostile_path.display());
     let class = format!("{}-hostile", env.ns);
     apply(
         &env.client,
@@ -298,7 +300,7 @@ async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class
     let env = TestEnv::start("contract-0-1").await?;
     env.install_crds().await?;
     let _cp = ControlPlane::start(&env)?;
-    let path = env.dir().join("driver-0.1.wasm");
+    let path = component_dir(&env).join("driver-0.1.wasm");
     std::fs::write(&path, wat::parse_str(DRIVER_0_1)?)?;
     let class = format!("{}-old", env.ns);
     apply(
@@ -316,6 +318,22 @@ async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class
     let ready = c.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.reason, "IncompatibleContract", "{}", ready.message);
     assert!(ready.message.contains("0.1.0") && ready.message.contains("0.2.0"), "names both versions: {}", ready.message);
+
+    // The same file outside the component directory (a path, or `..` out of it) is not read.
+    let outside = env.dir().join("driver-0.1.wasm");
+    std::fs::copy(&path, &outside)?;
+    for (suffix, source) in [("outside", format!("file://{}", outside.display())), ("dotdot", format!("file://{}/../driver-0.1.wasm", component_dir(&env).display()))] {
+        let name = format!("{}-{suffix}", env.ns);
+        apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+            "spec": {"component": {"source": source, "verification": {"allowUnsigned": true}}, "infrastructureKind": "Old"}})).await?;
+        let c = wait_for(&classes, &name, 30, "refused", |c: Option<&ProviderClass>| {
+            c.and_then(|c| c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned()).is_some_and(|c| c.status == "False")
+        })
+        .await?;
+        let ready = c.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.reason, "SourceInvalid", "{source}: {}", ready.message);
+        classes.delete(&name, &Default::default()).await?;
+    }
     Ok(())
 }
 

@@ -41,8 +41,10 @@ fn ready(m: &DynamicObject) -> bool {
 
 /// Wait (by watch) until the LibvirtMachines of `cluster` are `n`, all provisioned and Ready (or, for 0, gone).
 async fn await_machines(client: &kube::Client, cluster: &str, n: usize, limit: Duration) -> anyhow::Result<()> {
-    let (reader, writer) = reflector::store();
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &resource(INFRA, "v1alpha1", "LibvirtMachine"));
+    let machines = resource(INFRA, "v1alpha1", "LibvirtMachine");
+    let writer = reflector::store::Writer::new(machines.clone());
+    let reader = writer.as_reader();
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machines);
     let config = watcher::Config::default().labels(&format!("cluster.x-k8s.io/cluster-name={cluster}"));
     let mut events = reflector(writer, watcher(api, config)).boxed();
     let mut listed = false;
@@ -170,6 +172,17 @@ async fn bench(machines: usize, rounds: usize) -> anyhow::Result<()> {
             let secs = start.elapsed().as_secs_f64();
             let writes = writes_since(&server, w0, OWN_WRITES * machines) as f64 / machines as f64;
             println!("{variant} round {round}: {machines} machines provisioned in {secs:.1}s ({:.0} ms/machine), {writes:.1} writes/machine", secs * 1000.0 / machines as f64);
+            // Which writes, per machine (the bench's own included: 4 creates and patches).
+            let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
+            for e in server.audit_log().iter().filter(|e| e.seq >= w0 && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")) {
+                let what = match &e.subresource {
+                    Some(sub) => format!("{} {}/{sub}", e.verb, e.resource),
+                    None => format!("{} {}", e.verb, e.resource),
+                };
+                *by_kind.entry(what).or_default() += 1;
+            }
+            let breakdown: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {:.2}", *n as f64 / machines as f64)).collect();
+            println!("  per machine: {}", breakdown.join(", "));
             out.push((secs, writes));
         }
     }

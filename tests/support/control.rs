@@ -88,18 +88,27 @@ impl ControlPlane {
     }
 }
 
-/// Options for roles in tests: built-in components from `guests/dist`, a cache in the
-/// test's directory, no leader election, the test's namespace on an external cluster.
+/// Options for roles in tests: built-in components from `guests/dist`, `file://` sources
+/// from `<test dir>/components`, a cache in the test's directory, no leader election, the
+/// test's namespace on an external cluster.
 fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
     let dist = guests_dist();
     anyhow::ensure!(dist.join("provider-libvirt.wasm").exists(), "{} has no provider-libvirt.wasm: run guests/build.sh", dist.display());
     Ok(Options {
         builtin_dir: dist,
+        component_dir: Some(component_dir(env)),
         cache_dir: Some(env.dir().join("component-cache")),
         leader_election: false,
         namespace: TestEnv::external().then(|| env.ns.clone()),
         ..Options::default()
     })
+}
+
+/// The directory `file://` component sources may name in a test (created).
+pub fn component_dir(env: &TestEnv) -> PathBuf {
+    let dir = env.dir().join("components");
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }
 
 impl Drop for ControlPlane {

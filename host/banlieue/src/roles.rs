@@ -12,6 +12,10 @@ pub struct RoleArgs {
     /// Where `builtin:NAME` components are found.
     #[arg(long, env = "BANLIEUE_BUILTIN_DIR", default_value = "guests/dist")]
     pub builtin_dir: PathBuf,
+    /// The one directory `file://` component sources may name files in (development);
+    /// unset, `file://` sources are refused.
+    #[arg(long, env = "BANLIEUE_COMPONENT_DIR")]
+    pub component_dir: Option<PathBuf>,
     /// Precompiled component cache (none when unset).
     #[arg(long, env = "BANLIEUE_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -51,6 +55,7 @@ impl RoleArgs {
         };
         Ok(Options {
             builtin_dir: self.builtin_dir.clone(),
+            component_dir: self.component_dir.clone(),
             cache_dir: self.cache_dir.clone(),
             allowed_capabilities: allowed,
             metrics_addr: Some(self.metrics_addr),

@@ -8,7 +8,6 @@
 //! kept: the next reconcile tries again (a registry that comes back is picked up).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use banlieue_api::common::ComponentSource;
@@ -16,7 +15,7 @@ use banlieue_api::provider::RequestedCapabilities;
 use banlieue_api::{PlacementPolicy, ProviderClass};
 use banlieue_runtime::placement::PlacementPolicy as Policy;
 use banlieue_runtime::provider::ProviderDriver;
-use banlieue_runtime::source::{self, Source, Trust};
+use banlieue_runtime::source::{self, LocalDirs, Source, Trust};
 use banlieue_runtime::{Limits, Runtime};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -63,7 +62,8 @@ type Slot<T> = Arc<OnceCell<Arc<Loaded<T>>>>;
 pub struct Components {
     rt: Runtime,
     client: kube::Client,
-    builtin_dir: PathBuf,
+    /// Where `builtin:` and `file://` components are read from.
+    dirs: LocalDirs,
     /// What an administrator allows a ProviderClass to request.
     allowed: RequestedCapabilities,
     drivers: Mutex<HashMap<String, (String, Slot<ProviderDriver>)>>,
@@ -71,8 +71,8 @@ pub struct Components {
 }
 
 impl Components {
-    pub fn new(rt: Runtime, client: kube::Client, builtin_dir: PathBuf, allowed: RequestedCapabilities) -> Self {
-        Components { rt, client, builtin_dir, allowed, drivers: Default::default(), policies: Default::default() }
+    pub fn new(rt: Runtime, client: kube::Client, dirs: LocalDirs, allowed: RequestedCapabilities) -> Self {
+        Components { rt, client, dirs, allowed, drivers: Default::default(), policies: Default::default() }
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -162,7 +162,7 @@ impl Components {
             }
             _ => banlieue_oci::Auth::Anonymous,
         };
-        let fetched = source::fetch(&source, &trust, &auth, &self.builtin_dir).await?;
+        let fetched = source::fetch(&source, &trust, &auth, &self.dirs).await?;
         Ok((fetched.bytes, fetched.digest, fetched.verified))
     }
 }

@@ -78,6 +78,8 @@ const PERMISSION_RECHECK: Duration = Duration::from_secs(30);
 pub struct Options {
     /// Where `builtin:NAME` components are found.
     pub builtin_dir: PathBuf,
+    /// The one directory `file://` component sources may name (none: they are refused).
+    pub component_dir: Option<PathBuf>,
     /// Precompiled component cache.
     pub cache_dir: Option<PathBuf>,
     /// What a ProviderClass may request.
@@ -100,6 +102,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             builtin_dir: PathBuf::from("guests/dist"),
+            component_dir: None,
             cache_dir: None,
             allowed_capabilities: RequestedCapabilities { http: true, libvirt: true, secrets: true },
             metrics_addr: None,
@@ -148,7 +151,8 @@ pub struct Context {
 impl Context {
     pub fn new(client: kube::Client, options: Options) -> anyhow::Result<Arc<Context>> {
         let rt = Runtime::new(RuntimeConfig { cache_dir: options.cache_dir.clone(), ..Default::default() })?;
-        let components = Components::new(rt, client.clone(), options.builtin_dir.clone(), options.allowed_capabilities.clone());
+        let dirs = banlieue_runtime::source::LocalDirs { builtin: options.builtin_dir.clone(), files: options.component_dir.clone() };
+        let components = Components::new(rt, client.clone(), dirs, options.allowed_capabilities.clone());
         Ok(Arc::new(Context {
             client,
             components,

@@ -12,41 +12,47 @@
 //! component (~0.5 MB for a policy) on every load, and BLAKE3 does that several
 //! times faster; both are PRFs under a secret 256-bit key.
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 /// Bytes of the MAC at the end of an entry.
 const TAG_LEN: usize = blake3::OUT_LEN;
+const KEY_FILE: &str = "cache.key";
 
+/// The cache directory, opened once as a capability: entries are opened relative to
+/// it, so no digest or name can reach a file outside it (a planted symlink that points
+/// out is not followed).
 pub struct Cache {
-    dir: PathBuf,
+    dir: Dir,
     key: [u8; 32],
 }
 
 impl Cache {
-    pub fn open(dir: PathBuf) -> anyhow::Result<Cache> {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating cache dir {}", dir.display()))?;
+    pub fn open(path: PathBuf) -> anyhow::Result<Cache> {
+        std::fs::create_dir_all(&path).with_context(|| format!("creating cache dir {}", path.display()))?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
         }
-        let key_path = dir.join("cache.key");
-        let key = match std::fs::read(&key_path).ok().and_then(|k| <[u8; 32]>::try_from(k).ok()) {
+        let dir = Dir::open_ambient_dir(&path, cap_std::ambient_authority()).with_context(|| format!("opening cache dir {}", path.display()))?;
+        let key = match dir.read(KEY_FILE).ok().and_then(|k| <[u8; 32]>::try_from(k).ok()) {
             Some(k) => k,
             None => {
                 let k: [u8; 32] = rand::random();
-                write_private(&key_path, &[&k])?;
+                write_private(&dir, KEY_FILE, &[&k])?;
                 k
             }
         };
         Ok(Cache { dir, key })
     }
 
-    fn entry(&self, digest: &str, config_hash: &str) -> PathBuf {
+    fn entry(&self, digest: &str, config_hash: &str) -> String {
         // `-b3`: entries of the earlier HMAC format are simply not looked at.
-        self.dir.join(format!("{digest}-wasmtime{}-{config_hash}-b3.cwasm", crate::engine::wasmtime_version()))
+        format!("{digest}-wasmtime{}-{config_hash}-b3.cwasm", crate::engine::wasmtime_version())
     }
 
     fn mac(&self, bytes: &[u8]) -> blake3::Hash {
@@ -57,13 +63,14 @@ impl Cache {
 
     /// Precompiled bytes for this component and engine, if this host wrote them.
     pub fn get(&self, digest: &str, config_hash: &str) -> Option<Vec<u8>> {
-        let path = self.entry(digest, config_hash);
-        let mut bytes = std::fs::read(&path).ok()?;
+        let name = self.entry(digest, config_hash);
+        let mut bytes = Vec::new();
+        self.dir.open(&name).ok()?.read_to_end(&mut bytes).ok()?;
         let len = bytes.len().checked_sub(TAG_LEN)?;
         let tag = <[u8; TAG_LEN]>::try_from(&bytes[len..]).ok()?;
         // `Hash` compares in constant time.
         if self.mac(&bytes[..len]) != blake3::Hash::from_bytes(tag) {
-            tracing::warn!(path = %path.display(), "ignoring a precompiled component this host did not write");
+            tracing::warn!(entry = %name, "ignoring a precompiled component this host did not write");
             return None;
         }
         bytes.truncate(len);
@@ -71,21 +78,18 @@ impl Cache {
     }
 
     pub fn put(&self, digest: &str, config_hash: &str, bytes: &[u8]) -> anyhow::Result<()> {
-        let path = self.entry(digest, config_hash);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        write_private(&tmp, &[bytes, self.mac(bytes).as_bytes()])?;
-        std::fs::rename(&tmp, &path)?;
+        let name = self.entry(digest, config_hash);
+        let tmp = format!("{name}.tmp{}", std::process::id());
+        write_private(&self.dir, &tmp, &[bytes, self.mac(bytes).as_bytes()])?;
+        self.dir.rename(&tmp, &self.dir, &name)?;
         Ok(())
     }
 }
 
-fn write_private(path: &std::path::Path, parts: &[&[u8]]) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    let mut f = o.open(path)?;
+fn write_private(dir: &Dir, name: &str, parts: &[&[u8]]) -> anyhow::Result<()> {
+    let mut o = OpenOptions::new();
+    o.write(true).create(true).truncate(true).mode(0o600);
+    let mut f = dir.open_with(name, &o)?;
     for p in parts {
         f.write_all(p)?;
     }
@@ -105,7 +109,7 @@ mod tests {
         assert_eq!(cache.get("d", "c").as_deref(), Some(&bytes[..]));
         assert_eq!(cache.get("d", "other"), None);
 
-        let path = cache.entry("d", "c");
+        let path = dir.path().join(cache.entry("d", "c"));
         let good = std::fs::read(&path).unwrap();
         for at in [0, good.len() / 2, good.len() - TAG_LEN - 1, good.len() - TAG_LEN, good.len() - 1] {
             let mut bad = good.clone();
@@ -119,8 +123,30 @@ mod tests {
         // Another host's key: its entries are not this host's.
         std::fs::write(&path, &good).unwrap();
         let other = tempfile::tempdir().unwrap();
-        let other = Cache { dir: dir.path().to_path_buf(), key: Cache::open(other.path().to_path_buf()).unwrap().key };
+        let other = Cache { dir: Dir::open_ambient_dir(dir.path(), cap_std::ambient_authority()).unwrap(), key: Cache::open(other.path().to_path_buf()).unwrap().key };
         assert_eq!(other.get("d", "c"), None);
         assert_eq!(cache.get("d", "c").as_deref(), Some(&bytes[..]));
+    }
+
+    #[test]
+    fn a_symlink_planted_in_the_cache_is_not_followed_out_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        let cache = Cache::open(root.clone()).unwrap();
+        // Another cache's valid entry, outside this one, reached through a link.
+        let outside = dir.path().join("outside");
+        let other = Cache::open(outside.clone()).unwrap();
+        other.put("d", "c", b"precompiled").unwrap();
+        std::fs::copy(outside.join(KEY_FILE), root.join(KEY_FILE)).unwrap();
+        let cache = Cache { key: Cache::open(root.clone()).unwrap().key, ..cache };
+        std::os::unix::fs::symlink(outside.join(other.entry("d", "c")), root.join(cache.entry("d", "c"))).unwrap();
+        assert_eq!(cache.get("d", "c"), None, "the absolute link out of the cache is refused");
+        std::fs::remove_file(root.join(cache.entry("d", "c"))).unwrap();
+        std::os::unix::fs::symlink(format!("../outside/{}", other.entry("d", "c")), root.join(cache.entry("d", "c"))).unwrap();
+        assert_eq!(cache.get("d", "c"), None, "the relative link out of the cache is refused");
+        // The same bytes inside the cache are this host's (same key): the refusal was the link.
+        std::fs::remove_file(root.join(cache.entry("d", "c"))).unwrap();
+        std::fs::copy(outside.join(other.entry("d", "c")), root.join(cache.entry("d", "c"))).unwrap();
+        assert_eq!(cache.get("d", "c").as_deref(), Some(&b"precompiled"[..]));
     }
 }

@@ -3,7 +3,7 @@
 //! the OCI crate's; this module only decides which applies and hands the runtime
 //! exactly the bytes whose digest was verified.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use banlieue_oci::{Auth, Policy, Reference};
 
@@ -25,6 +25,10 @@ pub enum SourceError {
     Invalid(String),
     #[error("reading {path}: {error}")]
     File { path: String, error: std::io::Error },
+    #[error("{0}: file:// component sources are switched off (an administrator allows them from one directory with --component-dir)")]
+    FileSourcesDisabled(String),
+    #[error("{path} is not inside the component directory {dir} (--component-dir)")]
+    OutsideComponentDir { path: String, dir: String },
     #[error("unknown built-in component {0:?}")]
     UnknownBuiltin(String),
     #[error("{0} is not signed and unsigned components are not allowed (set verification.allowUnsigned for development)")]
@@ -71,26 +75,44 @@ pub struct Fetched {
     pub verified: bool,
 }
 
+/// The host directories local components are read from. Each is opened as a `cap-std`
+/// directory for the read, so a name (or a `file://` path, `..`, or a symlink) cannot
+/// reach a file outside it.
+#[derive(Clone, Debug, Default)]
+pub struct LocalDirs {
+    /// Where `builtin:NAME` components are (`NAME.wasm`).
+    pub builtin: PathBuf,
+    /// The one directory `file://` sources may name files in; `None` refuses them all.
+    pub files: Option<PathBuf>,
+}
+
+impl LocalDirs {
+    fn read(dir: &Path, name: &Path) -> std::io::Result<Vec<u8>> {
+        cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority())?.read(name)
+    }
+}
+
 /// Fetch a component's bytes, verifying its signature before anything runs.
 /// Files and built-ins carry no signature, so they need `allow_unsigned` —
 /// except built-ins, which ship inside the trusted host.
-pub async fn fetch(source: &Source, trust: &Trust, auth: &Auth, builtin_dir: &std::path::Path) -> Result<Fetched, SourceError> {
+pub async fn fetch(source: &Source, trust: &Trust, auth: &Auth, dirs: &LocalDirs) -> Result<Fetched, SourceError> {
     use sha2::{Digest, Sha256};
-    let local = |path: &std::path::Path| -> Result<Vec<u8>, SourceError> {
-        std::fs::read(path).map_err(|error| SourceError::File { path: path.display().to_string(), error })
-    };
+    let digest = |bytes: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
     match source {
         Source::Builtin(name) => {
-            let path = builtin_dir.join(format!("{name}.wasm"));
-            let bytes = local(&path).map_err(|_| SourceError::UnknownBuiltin(name.clone()))?;
-            Ok(Fetched { digest: format!("sha256:{}", hex::encode(Sha256::digest(&bytes))), bytes, verified: true })
+            // The name is `[a-z0-9-]+` (see `from_str`), read inside the builtin directory.
+            let bytes = LocalDirs::read(&dirs.builtin, Path::new(&format!("{name}.wasm"))).map_err(|_| SourceError::UnknownBuiltin(name.clone()))?;
+            Ok(Fetched { digest: digest(&bytes), bytes, verified: true })
         }
         Source::File(path) => {
+            let shown = format!("file://{}", path.display());
+            let dir = dirs.files.as_deref().ok_or_else(|| SourceError::FileSourcesDisabled(shown.clone()))?;
+            let inside = path.strip_prefix(dir).map_err(|_| SourceError::OutsideComponentDir { path: shown.clone(), dir: dir.display().to_string() })?;
             if !trust.allow_unsigned {
-                return Err(SourceError::UnsignedNotAllowed(format!("file://{}", path.display())));
+                return Err(SourceError::UnsignedNotAllowed(shown));
             }
-            let bytes = local(path)?;
-            Ok(Fetched { digest: format!("sha256:{}", hex::encode(Sha256::digest(&bytes))), bytes, verified: false })
+            let bytes = LocalDirs::read(dir, inside).map_err(|error| SourceError::File { path: shown, error })?;
+            Ok(Fetched { digest: digest(&bytes), bytes, verified: false })
         }
         Source::Oci(r) => {
             let policy = if trust.public_keys.is_empty() {

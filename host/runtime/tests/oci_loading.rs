@@ -7,7 +7,7 @@ mod common;
 mod registry;
 
 use banlieue_oci::Auth;
-use banlieue_runtime::source::{fetch, Source, SourceError, Trust};
+use banlieue_runtime::source::{fetch, LocalDirs, Source, SourceError, Trust};
 use banlieue_runtime::{Limits, Runtime, RuntimeConfig};
 
 #[tokio::test]
@@ -16,7 +16,7 @@ async fn signed_artifacts_load_and_unsigned_ones_are_refused() {
     let wasm = common::guest("placement-spread");
     let r: banlieue_oci::Reference = format!("oci://{}/banlieue/spread:v1", reg.host).parse().unwrap();
     let digest = banlieue_oci::push(&r, wasm.clone(), &Auth::Anonymous).await.unwrap();
-    let builtin = std::path::Path::new("/nonexistent");
+    let builtin = &LocalDirs { builtin: "/nonexistent".into(), files: Some("/tmp".into()) };
 
     // Unsigned: refused unless explicitly allowed.
     let src = Source::Oci(r.clone());
