@@ -47,14 +47,7 @@ impl Capi {
         for name in ["clusters.cluster.x-k8s.io", "machines.cluster.x-k8s.io"] {
             wait_for(&crd_api, name, 30, "established", kube::runtime::wait::conditions::is_crd_established()).await?;
         }
-        let cp = if env.embedded().is_some() {
-            env.create_namespace("banlieue-system").await?;
-            let rbac = repo_root().join("deploy/base/rbac.yaml");
-            env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
-            ControlPlane::start_as_service_accounts(&env).await?
-        } else {
-            ControlPlane::start(&env)?
-        };
+        let cp = ControlPlane::start_as_installed(&env).await?;
         let ns = env.ns.clone();
         let api = |r: ApiResource| Api::<DynamicObject>::namespaced_with(env.client.clone(), &ns, &r);
         Ok(Capi {
@@ -346,11 +339,7 @@ async fn a_workload_cluster_on_two_providers_as_capi_drives_it() -> anyhow::Resu
     assert!(t.domain(&uri_b, "w-0").await?.is_none(), "the backend domain is removed");
 
     // The roles did everything with the RBAC of deploy/ (a denied request would be a Forbidden condition).
-    if t.env.embedded().is_some() {
-        for (role, ctx) in &t.cp.roles {
-            assert_eq!(ctx.readiness.report(), Ok(()), "{role:?}");
-        }
-    }
+    assert_eq!(t.cp.permissions_complete(), Ok(()));
     Ok(())
 }
 

@@ -54,7 +54,7 @@ async fn the_deploy_tree_renders_and_every_object_passes_the_server_schema() -> 
         *m.entry(o["kind"].as_str().unwrap_or_default()).or_default() += 1;
         m
     });
-    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 3), ("ClusterRole", 4), ("ClusterRoleBinding", 3), ("Role", 3), ("RoleBinding", 3), ("Deployment", 3), ("PodDisruptionBudget", 3), ("Service", 1)] {
+    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 4), ("ClusterRole", 5), ("ClusterRoleBinding", 4), ("Role", 4), ("RoleBinding", 4), ("Deployment", 4), ("PodDisruptionBudget", 4), ("Service", 1)] {
         assert_eq!(kinds.get(kind), Some(&n), "{kind} in {kinds:?}");
     }
 
@@ -241,6 +241,7 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         ("controller", "update", "coordination.k8s.io", "leases"),
         ("provider", "update", "coordination.k8s.io", "leases"),
         ("operator", "update", "coordination.k8s.io", "leases"),
+        ("imagebuilder", "update", "coordination.k8s.io", "leases"),
         // Cluster API objects, and a template's class and image (the CAPI suite, which runs
         // the roles as these ServiceAccounts too).
         ("controller", "get", "banlieue.io", "vmclasses"),
@@ -254,6 +255,10 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         ("provider", "get", "cluster.x-k8s.io", "clusters"),
         ("provider", "list", "cluster.x-k8s.io", "clusters"),
         ("provider", "watch", "cluster.x-k8s.io", "clusters"),
+        // VMImages with url sources (the images suite, which runs the roles as these
+        // ServiceAccounts too).
+        ("imagebuilder", "patch", "banlieue.io", "vmimages/status"),
+        ("imagebuilder", "create", "", "events"),
     ]);
     for role in Role::ALL {
         let user = role.user();

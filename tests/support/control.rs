@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use banlieue_controller::{Context, Options, Role, Roles};
+use banlieue_controller::{Context, ImageCacheOptions, Options, Role, Roles};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::wait::{await_condition, Condition};
@@ -74,12 +74,38 @@ impl ControlPlane {
             let mut options = Options { leader_election: true, ..test_options(env)? };
             adjust(role, &mut options);
             let ctx = Context::new(kube::Client::try_from(config)?, options)?;
-            let only = Roles { controller: role == Role::Controller, provider: role == Role::Provider, operator: role == Role::Operator };
+            let only = Roles {
+                controller: role == Role::Controller,
+                provider: role == Role::Provider,
+                operator: role == Role::Operator,
+                imagebuilder: role == Role::ImageBuilder,
+            };
             tasks.push(tokio::spawn(banlieue_controller::run(ctx.clone(), only, std::future::pending())));
             roles.push((role, ctx));
         }
         let ctx = roles.iter().find(|(r, _)| *r == Role::Provider).map(|(_, c)| c.clone()).context("provider role")?;
         Ok(ControlPlane { ctx, roles, tasks })
+    }
+
+    /// The roles as an install runs them: on the embedded server each as its ServiceAccount
+    /// with only `deploy/base/rbac.yaml` (applied here, with namespace `banlieue-system`); on an
+    /// external cluster all in this process, scoped to the test's namespace.
+    pub async fn start_as_installed(env: &TestEnv) -> anyhow::Result<ControlPlane> {
+        if env.embedded().is_none() {
+            return Self::start(env);
+        }
+        env.create_namespace(crate::SYSTEM_NAMESPACE).await?;
+        let rbac = repo_root().join("deploy/base/rbac.yaml");
+        env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
+        Self::start_as_service_accounts(env).await
+    }
+
+    /// Whether every role found all its permissions (always true in one process).
+    pub fn permissions_complete(&self) -> Result<(), String> {
+        for (role, ctx) in &self.roles {
+            ctx.readiness.report().map_err(|e| format!("{role:?}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Stop at once, wherever the roles are (as if the process were killed).
@@ -98,6 +124,8 @@ fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
         builtin_dir: dist,
         component_dir: Some(component_dir(env)),
         cache_dir: Some(env.dir().join("component-cache")),
+        // Test servers for images listen on 127.0.0.1 over plain http.
+        image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 1 << 30, schemes: vec!["http".into(), "https".into()] }),
         leader_election: false,
         namespace: TestEnv::external().then(|| env.ns.clone()),
         ..Options::default()

@@ -15,6 +15,10 @@ use kube::Client;
 
 pub mod bench;
 pub mod control;
+pub mod files;
+
+/// banlieue's own namespace (Leases).
+pub const SYSTEM_NAMESPACE: &str = banlieue_controller::SYSTEM_NAMESPACE;
 
 /// Events kept by the embedded server in tests (small, so `410 Gone` is reachable).
 pub const TEST_WATCH_HISTORY: usize = 200;

@@ -68,6 +68,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if options.cache_dir.is_none() {
         options.cache_dir = Some(args.data_dir.join("component-cache"));
     }
+    // The image cache in the data directory, and plain http allowed (local test servers).
+    if let Some(images) = &mut options.image_cache {
+        images.dir = args.data_dir.join("image-cache");
+        if !images.schemes.iter().any(|s| s == "http") {
+            images.schemes.push("http".into());
+        }
+    }
     let ctx = Context::new(client, options)?;
     let roles = tokio::spawn(banlieue_controller::run(ctx, Roles::ALL, crate::roles::shutdown_signal()));
 

@@ -30,6 +30,8 @@ enum Command {
     Provider(roles::RoleArgs),
     /// Run the ProviderClass and PlacementPolicy reconcilers.
     Operator(roles::RoleArgs),
+    /// Run the VMImage reconciler: images downloaded, verified and converted in the image cache.
+    Imagebuilder(roles::RoleArgs),
     /// Work with Wasm components: inspect, keygen, push, sign, verify.
     #[command(subcommand)]
     Component(component::ComponentCommand),
@@ -67,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Controller(args) => roles::run(args, Roles { controller: true, ..Roles::default() }).await,
         Command::Provider(args) => roles::run(args, Roles { provider: true, ..Roles::default() }).await,
         Command::Operator(args) => roles::run(args, Roles { operator: true, ..Roles::default() }).await,
+        Command::Imagebuilder(args) => roles::run(args, Roles { imagebuilder: true, ..Roles::default() }).await,
         Command::Crdgen { out, check } => crds::crdgen(&out, check),
         Command::Rbacgen { out, check } => rbac::rbacgen(&out, check),
         Command::Component(cmd) => component::run(cmd).await,

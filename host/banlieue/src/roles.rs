@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use banlieue_api::provider::RequestedCapabilities;
-use banlieue_controller::{Context, Options, Roles, VaultAccess};
+use banlieue_controller::{Context, ImageCacheOptions, Options, Roles, VaultAccess};
 
 #[derive(clap::Args, Clone)]
 pub struct RoleArgs {
@@ -34,6 +34,15 @@ pub struct RoleArgs {
     /// Reconciles run at once per controller.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// The image cache of the imagebuilder role (downloaded and converted images).
+    #[arg(long, env = "BANLIEUE_IMAGE_CACHE_DIR", default_value = "/var/cache/banlieue/images")]
+    pub image_cache_dir: PathBuf,
+    /// The most the image cache holds, in GiB (older images are evicted to make room).
+    #[arg(long, default_value_t = 50)]
+    pub image_cache_gib: u64,
+    /// URL schemes a VMImage source may be downloaded over (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "https")]
+    pub image_url_schemes: Vec<String>,
 }
 
 impl RoleArgs {
@@ -62,6 +71,11 @@ impl RoleArgs {
             leader_election: !self.no_leader_election,
             vault,
             concurrency: self.concurrency,
+            image_cache: Some(ImageCacheOptions {
+                dir: self.image_cache_dir.clone(),
+                limit_bytes: self.image_cache_gib.saturating_mul(1 << 30),
+                schemes: self.image_url_schemes.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            }),
             ..Options::default()
         })
     }
@@ -69,7 +83,12 @@ impl RoleArgs {
 
 pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let ctx = Context::new(client, args.options()?)?;
+    let mut options = args.options()?;
+    // Only the imagebuilder role keeps images.
+    if !roles.imagebuilder {
+        options.image_cache = None;
+    }
+    let ctx = Context::new(client, options)?;
     banlieue_controller::run(ctx, roles, async {
         shutdown_signal().await;
         tracing::info!("shutting down");

@@ -6,7 +6,8 @@
 //!   `<Kind>Machine` (role `provider`), and [`provider`] probing Providers;
 //! - [`capi`]: the Cluster API contract: `<Kind>Cluster`s, and binding the machines
 //!   CAPI makes from templates (role `controller`);
-//! - [`operator`]: ProviderClasses and PlacementPolicies (role `operator`).
+//! - [`operator`]: ProviderClasses and PlacementPolicies (role `operator`);
+//! - [`images`]: VMImages downloaded into the image cache (role `imagebuilder`).
 //!
 //! Components are loaded only through [`components`], grants are built only in
 //! [`grants`]. [`run`] starts the roles asked for, each behind its own Lease.
@@ -16,6 +17,7 @@ pub mod components;
 pub mod conditions;
 mod finalizer;
 pub mod grants;
+pub mod images;
 mod infra_kinds;
 pub mod leader;
 pub mod machine;
@@ -55,14 +57,15 @@ pub struct Roles {
     pub controller: bool,
     pub provider: bool,
     pub operator: bool,
+    pub imagebuilder: bool,
 }
 
 impl Roles {
-    pub const ALL: Roles = Roles { controller: true, provider: true, operator: true };
+    pub const ALL: Roles = Roles { controller: true, provider: true, operator: true, imagebuilder: true };
 
     /// The roles switched on, in start order.
     pub fn enabled(self) -> Vec<Role> {
-        [(Role::Operator, self.operator), (Role::Provider, self.provider), (Role::Controller, self.controller)]
+        [(Role::Operator, self.operator), (Role::ImageBuilder, self.imagebuilder), (Role::Provider, self.provider), (Role::Controller, self.controller)]
             .into_iter()
             .filter_map(|(role, on)| on.then_some(role))
             .collect()
@@ -94,6 +97,8 @@ pub struct Options {
     pub vault: Option<VaultAccess>,
     /// Reconciles run at once per controller.
     pub concurrency: u16,
+    /// The image cache of the `imagebuilder` role (none: the role cannot run).
+    pub image_cache: Option<ImageCacheOptions>,
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
 }
@@ -111,8 +116,18 @@ impl Default for Options {
             vault: None,
             concurrency: 32,
             namespace: None,
+            image_cache: None,
         }
     }
+}
+
+/// Where the `imagebuilder` role keeps downloaded images, and how much.
+#[derive(Clone, Debug)]
+pub struct ImageCacheOptions {
+    pub dir: PathBuf,
+    pub limit_bytes: u64,
+    /// URL schemes a VMImage source may use (`https`; `http` only where the network is trusted).
+    pub schemes: Vec<String>,
 }
 
 fn hostname() -> String {
@@ -144,6 +159,8 @@ pub struct Context {
     grants: grants::Cache,
     /// Backend sessions drivers keep between calls, one per Provider.
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
+    /// The image cache (role `imagebuilder`), when configured.
+    pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
 }
@@ -153,7 +170,17 @@ impl Context {
         let rt = Runtime::new(RuntimeConfig { cache_dir: options.cache_dir.clone(), ..Default::default() })?;
         let dirs = banlieue_runtime::source::LocalDirs { builtin: options.builtin_dir.clone(), files: options.component_dir.clone() };
         let components = Components::new(rt, client.clone(), dirs, options.allowed_capabilities.clone());
+        let images = match &options.image_cache {
+            Some(c) => {
+                let schemes: Vec<&str> = c.schemes.iter().map(String::as_str).collect();
+                let cache = banlieue_imagebuilder::ImageCache::open(&c.dir, c.limit_bytes, &schemes)
+                    .map_err(|e| anyhow::anyhow!("opening the image cache {}: {e}", c.dir.display()))?;
+                Some(Arc::new(cache))
+            }
+            None => None,
+        };
         Ok(Arc::new(Context {
+            images,
             client,
             components,
             libvirt: banlieue_libvirt::Connections::new(),
@@ -292,6 +319,7 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             let work = async {
                 match role {
                     Role::Operator => operator::run(ctx.clone(), stopped()).await,
+                    Role::ImageBuilder => images::run(ctx.clone(), stopped()).await,
                     Role::Provider => futures::future::join(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped())).await.0,
                     Role::Controller => futures::future::try_join3(vm::run(ctx.clone(), stopped()), pool::run(ctx.clone(), stopped()), capi::run(ctx.clone(), stopped()))
                         .await

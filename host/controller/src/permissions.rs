@@ -15,16 +15,18 @@ pub enum Role {
     Controller,
     Provider,
     Operator,
+    ImageBuilder,
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Controller, Role::Provider, Role::Operator];
+    pub const ALL: [Role; 4] = [Role::Controller, Role::Provider, Role::Operator, Role::ImageBuilder];
 
     pub fn name(self) -> &'static str {
         match self {
             Role::Controller => "controller",
             Role::Provider => "provider",
             Role::Operator => "operator",
+            Role::ImageBuilder => "imagebuilder",
         }
     }
 
@@ -98,10 +100,13 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             // Installs (server-side apply) the `<Kind>Machine` CRDs of each ProviderClass.
             rule("apiextensions.k8s.io", &["customresourcedefinitions"], &["create", "patch"]),
         ],
+        Role::ImageBuilder => vec![rule(BANLIEUE, &["vmimages"], WATCH), rule(BANLIEUE, &["vmimages/status"], &["patch"])],
     };
     // Secrets are read one by one, by name, when a banlieue object references them:
     // user-data, Provider credentials, registry pull secrets. Never listed or watched.
-    rules.push(rule("", &["secrets"], &["get"]));
+    if role != Role::ImageBuilder {
+        rules.push(rule("", &["secrets"], &["get"]));
+    }
     rules.push(rule("", &["events"], &["create"]));
     rules
 }

@@ -54,6 +54,8 @@ reasons! {
     Unsigned, VerificationFailed, InvalidArtifact, FetchFailed, SourceInvalid, PullSecretInvalid,
     CapabilitiesNotAllowed, NotLoaded, CRDInstallFailed, InvalidComponent, IncompatibleContract,
     ForbiddenImport, CPUBudgetExceeded, MemoryLimitExceeded, Trapped, Busy,
+    // Images.
+    Fetched, URLNotAllowed, ChecksumMismatch, ImageTooLarge, NotADiskImage,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.
