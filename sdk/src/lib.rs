@@ -17,6 +17,7 @@ pub mod secrets;
 pub mod selector;
 pub mod session;
 pub mod time;
+pub mod transfer;
 pub mod xml;
 
 pub use bindings::host::banlieue::host::types::{Error, Pairs};

@@ -13,7 +13,7 @@ pub use crate::bindings::provider::banlieue::provider::types::{
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.2.1";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {

@@ -24,6 +24,19 @@ pub fn seed_volume_name(namespace: &str, name: &str) -> String {
     format!("{}cidata.img", volume_prefix(namespace, name))
 }
 
+/// The volume an imported image lands in: `image@{vmimage}@{12 hex digits of its sha256}`.
+/// `@` occurs in no Kubernetes name, so no machine's volume (`{namespace}_{name}_…`) can take it.
+pub fn image_volume_name(image: &str, digest: &str) -> Result<String> {
+    let hex = digest.strip_prefix("sha256:").filter(|h| h.len() >= 12 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    let Some(hex) = hex else {
+        return Err(Error::InvalidSpec(format!("image digest {digest:?} is not sha256:<hex>")));
+    };
+    if image.is_empty() || image.contains(['_', '/', '@']) {
+        return Err(Error::InvalidSpec(format!("image name {image:?} is not a Kubernetes name")));
+    }
+    Ok(format!("image@{image}@{}", &hex[..12]))
+}
+
 /// Where libvirtd logs the serial console of domain `domain` (libvirt's own log directory).
 pub fn serial_log(domain: &str) -> String {
     format!("/var/log/libvirt/qemu/{domain}.serial.log")

@@ -78,6 +78,16 @@ pub fn raw_volume(name: &str, bytes: u64) -> Result<String> {
     ))
 }
 
+/// The volume an imported image is uploaded into: exactly `bytes` bytes, declared raw
+/// (the host streams the image file as it is; machines name its real format when they use
+/// it as a backing file).
+pub fn image_volume(name: &str, bytes: u64) -> Result<String> {
+    Ok(format!(
+        "<volume><name>{}</name><capacity unit='bytes'>{bytes}</capacity><allocation unit='bytes'>0</allocation><target><format type='raw'/></target></volume>",
+        text("volume name", name)?
+    ))
+}
+
 /// What a domain gets besides the machine's own disks and NICs.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Extras<'a> {

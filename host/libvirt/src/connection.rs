@@ -119,8 +119,22 @@ impl Libvirt {
         &self.inner.uri
     }
 
+    /// How long one call may take.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
     /// Run `call` on the blocking pool with the open connection, within the timeout.
     pub(crate) async fn run<T, F>(&self, op: &'static str, call: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connect) -> std::result::Result<T, VirtError> + Send + 'static,
+    {
+        self.run_within(op, self.inner.timeout, call).await
+    }
+
+    /// [`run`](Self::run) with its own time limit (long transfers).
+    pub(crate) async fn run_within<T, F>(&self, op: &'static str, timeout: std::time::Duration, call: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connect) -> std::result::Result<T, VirtError> + Send + 'static,
@@ -162,7 +176,6 @@ impl Libvirt {
             .await
             .map_err(|e| LibvirtError::Internal(format!("libvirt {op} failed: {e}")))?
         };
-        let timeout = self.inner.timeout;
         tokio::time::timeout(timeout, work).await.map_err(|_| {
             LibvirtError::Unavailable(format!(
                 "libvirt {op} on {} did not finish within {timeout:?}",

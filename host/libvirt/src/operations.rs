@@ -127,24 +127,51 @@ impl Libvirt {
 
     /// Replace the start of the volume's content with `bytes` (the volume keeps its capacity).
     pub async fn volume_upload(&self, pool: &str, name: &str, bytes: Vec<u8>) -> Result<()> {
-        self.with_volume("volume-upload", pool, name, move |c, vol| {
+        let len = bytes.len() as u64;
+        self.volume_upload_from(pool, name, std::io::Cursor::new(bytes), len).await.map(|_| ())
+    }
+
+    /// Stream `len` bytes from `reader` into a volume, a chunk at a time (never all of it
+    /// in memory). Returns the bytes sent. The time limit grows with `len` (at least
+    /// 4 MiB/s on top of the connection's usual limit).
+    pub async fn volume_upload_from(&self, pool: &str, name: &str, mut reader: impl std::io::Read + Send + 'static, len: u64) -> Result<u64> {
+        check_c_string("pool name", pool)?;
+        check_c_string("volume name", name)?;
+        let (pool, name) = (pool.to_string(), name.to_string());
+        let limit = self.timeout() + std::time::Duration::from_secs(len / (4 << 20));
+        let sent = self.run_within("volume-upload", limit, move |c| {
+            let vol = StorageVol::lookup_by_name(&StoragePool::lookup_by_name(c, &pool)?, &name)?;
             let stream = Stream::new(c, 0)?;
-            vol.upload(&stream, 0, bytes.len() as u64, 0)?;
-            for chunk in bytes.chunks(UPLOAD_CHUNK) {
+            vol.upload(&stream, 0, len, 0)?;
+            let mut buf = vec![0u8; UPLOAD_CHUNK];
+            let mut total = 0u64;
+            while total < len {
+                let want = UPLOAD_CHUNK.min((len - total) as usize);
+                let n = match reader.read(&mut buf[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = stream.abort();
+                        return Ok(Err(e));
+                    }
+                };
                 let mut sent = 0;
-                while sent < chunk.len() {
-                    match stream.send(&chunk[sent..]) {
-                        Ok(n) => sent += n,
+                while sent < n {
+                    match stream.send(&buf[sent..n]) {
+                        Ok(k) => sent += k,
                         Err(e) => {
                             let _ = stream.abort();
                             return Err(e);
                         }
                     }
                 }
+                total += n as u64;
             }
-            stream.finish()
+            stream.finish()?;
+            Ok(Ok(total))
         })
-        .await
+        .await?;
+        sent.map_err(|e| crate::error::LibvirtError::Internal(format!("reading what to upload: {e}")))
     }
 
     /// Delete a volume and its content.

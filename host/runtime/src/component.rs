@@ -16,7 +16,7 @@ pub enum Contract {
 
 /// Contract versions this host implements.
 pub const PLACEMENT_VERSION: &str = "0.1.0";
-pub const PROVIDER_VERSION: &str = "0.2.0";
+pub const PROVIDER_VERSION: &str = "0.2.1";
 
 impl Contract {
     pub fn world(self) -> &'static str {
@@ -43,7 +43,7 @@ impl Contract {
         let mut v = vec!["banlieue:host/log@", "banlieue:host/types@"];
         match self {
             Contract::Placement => v.push("banlieue:placement/types@"),
-            Contract::Provider => v.extend(["banlieue:provider/types@", "banlieue:provider/session@", "banlieue:host/http@", "banlieue:host/libvirt@", "banlieue:host/secrets@"]),
+            Contract::Provider => v.extend(["banlieue:provider/types@", "banlieue:provider/session@", "banlieue:host/http@", "banlieue:host/libvirt@", "banlieue:host/secrets@", "banlieue:host/transfer@"]),
         }
         v.extend(crate::capability::wasi::ALLOWED);
         v

@@ -248,3 +248,67 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The transfer grant of an `import-image` call for the image file at `path` (qcow2).
+fn transfer_grant(path: &str) -> banlieue_runtime::capability::transfer::TransferGrant {
+    use sha2::Digest as _;
+    let bytes = std::fs::read(path).unwrap();
+    let info = std::process::Command::new("qemu-img").args(["info", "--output=json", path]).output().unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    banlieue_runtime::capability::transfer::TransferGrant {
+        file: std::sync::Arc::new(std::fs::File::open(path).unwrap()),
+        digest: format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes))),
+        format: "qcow2".into(),
+        size: bytes.len() as u64,
+        virtual_size: info["virtual-size"].as_u64().unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn an_image_is_streamed_by_the_host_into_a_volume_and_a_guest_boots_from_it() {
+    let env = env().await;
+    let lv = env.lv;
+    let grant = transfer_grant(&lv.guest_disk());
+    let request = banlieue_runtime::provider::ImageRequest {
+        name: "guest-image".into(),
+        source: ImageSource::Url(banlieue_runtime::provider::UrlSource { url: "https://images.example/guest.qcow2".into(), checksum: Some(grant.digest.clone()) }),
+        target: Some(lv.pool.clone()),
+    };
+    let volume = format!("image@guest-image@{}", &grant.digest[7..19]);
+    let _ = lv.virsh(&["vol-delete", "--pool", &lv.pool, &volume]);
+
+    // Without the host's image (no transfer grant) nothing can be sent, and nothing is left.
+    let denied = env.driver.import_image(&env.config, &request, limits(), env.grants.clone()).await.unwrap_err();
+    assert!(matches!(denied, CallError::Guest(GuestError::Denied(_))), "{denied:?}");
+    assert!(lv.volumes("image@guest-image@").unwrap().is_empty());
+    // With it but without the libvirt grant, neither.
+    let only_transfer = Grants { transfer: Some(grant.clone()), ..Grants::default() };
+    let denied = env.driver.import_image(&env.config, &request, limits(), only_transfer).await.unwrap_err();
+    assert!(matches!(denied, CallError::Guest(GuestError::Denied(_))), "{denied:?}");
+
+    // Streamed by the host: the volume holds exactly the image, byte for byte.
+    let before = banlieue_runtime::usage::snapshot().transferred_bytes;
+    let grants = Grants { transfer: Some(grant.clone()), ..env.grants.clone() };
+    let status = env.driver.import_image(&env.config, &request, limits(), grants.clone()).await.unwrap();
+    assert_eq!(status.phase, banlieue_runtime::provider::ImagePhase::Ready, "{status:?}");
+    let path = lv.virsh(&["vol-path", "--pool", &lv.pool, &volume]).unwrap().trim().to_string();
+    assert_eq!(status.reference.as_deref(), Some(path.as_str()));
+    use sha2::Digest as _;
+    assert_eq!(format!("sha256:{}", hex::encode(sha2::Sha256::digest(std::fs::read(&path).unwrap()))), grant.digest, "the volume's content is the image");
+    assert!(banlieue_runtime::usage::snapshot().transferred_bytes - before >= grant.size, "the host sent the bytes");
+    // Importing again replaces the volume (an earlier try may have been cut off).
+    env.driver.import_image(&env.config, &request, limits(), grants).await.unwrap();
+    assert_eq!(lv.volumes("image@guest-image@").unwrap(), vec![volume.clone()]);
+
+    // A guest boots from the imported volume.
+    let mut m = machine(lv, "from-import", "9a7f3c10-0000-4000-8000-0000000c0de1", "#banlieue-marker: booted-from-import\n");
+    m.image = ImageSource::BackingFile(path.clone());
+    let name = domain(&m);
+    lv.remove(&name, &format!("{name}_"));
+    env.driver.create(&env.config, &m, limits(), env.grants.clone()).await.unwrap();
+    let vol_xml = lv.virsh(&["vol-dumpxml", "--pool", &lv.pool, &format!("{name}_root.qcow2")]).unwrap();
+    assert!(vol_xml.contains(&path), "the overlay's backing file is the imported volume: {vol_xml}");
+    console_shows(lv, &name, "banlieue-guest: marker=booted-from-import").await;
+    env.driver.delete(&env.config, &machine_ref(&m), off(PowerOffMode::Hard, 0), limits(), env.grants.clone()).await.unwrap();
+    lv.virsh(&["vol-delete", "--pool", &lv.pool, &volume]).unwrap();
+}

@@ -20,7 +20,7 @@ impl std::fmt::Debug for LibvirtGrant {
     }
 }
 
-fn err(e: LibvirtError) -> WitError {
+pub(super) fn err(e: LibvirtError) -> WitError {
     match e {
         LibvirtError::NotFound(m) => WitError::NotFound(m),
         LibvirtError::Invalid(m) => WitError::InvalidSpec(m),
@@ -53,7 +53,7 @@ fn volume(v: banlieue_libvirt::VolumeInfo) -> wit::VolumeInfo {
 }
 
 impl HostState {
-    fn libvirt(&self) -> Result<Libvirt, WitError> {
+    pub(super) fn libvirt(&self) -> Result<Libvirt, WitError> {
         match &self.grants.libvirt {
             Some(g) => Ok(g.conn.clone()),
             None => Err(WitError::Denied("the libvirt capability is not granted to this component".into())),

@@ -8,6 +8,7 @@ pub mod libvirt;
 pub mod log;
 pub mod secrets;
 pub mod session;
+pub mod transfer;
 pub(crate) mod wasi;
 
 /// Generated bindings of the `banlieue:host` interfaces, shared by every world.
@@ -34,6 +35,8 @@ pub struct Grants {
     pub libvirt: Option<libvirt::LibvirtGrant>,
     /// The backend session store of its Provider, if any.
     pub session: Option<session::SessionGrant>,
+    /// The image an `import-image` call may send, if any.
+    pub transfer: Option<transfer::TransferGrant>,
 }
 
 impl From<WitError> for crate::error::GuestError {
