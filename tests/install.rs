@@ -259,6 +259,11 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         // ServiceAccounts too).
         ("imagebuilder", "patch", "banlieue.io", "vmimages/status"),
         ("imagebuilder", "create", "", "events"),
+        ("imagebuilder", "get", "banlieue.io", "providerclasses"),
+        // Credentials of Providers that have them (vSphere, Proxmox VE), read for an import
+        // exactly as the provider role reads them (`grants::backend`); the images suite's
+        // libvirtd Provider has none.
+        ("imagebuilder", "get", "", "secrets"),
     ]);
     for role in Role::ALL {
         let user = role.user();

@@ -204,24 +204,36 @@ pub struct ImageBuild {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VMImageStatus {
-    /// Import progress per Provider.
+    /// The image on each Provider its `url` sources apply to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["provider"]))]
-    pub imports: Vec<ImageImport>,
+    pub providers: Vec<ImageImport>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
-/// Import state in one Provider.
+/// Where an import into one Provider stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ImportPhase {
+    #[default]
+    Pending,
+    Importing,
+    Ready,
+    Failed,
+}
+
+/// The image on one Provider.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageImport {
     /// `namespace/name` of the Provider.
     pub provider: String,
-    /// Pending, Importing, Ready or Failed.
-    pub phase: String,
-    /// What the backend calls the imported image.
+    pub phase: ImportPhase,
+    /// `sha256:<hex>` of the image imported (or being imported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// What the backend calls the imported image (a volume path, a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

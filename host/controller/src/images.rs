@@ -7,22 +7,32 @@
 //! `Fetched` condition says where each download stands, naming the source and the
 //! problem when there is one.
 //!
-//! Importing the cached image into every Provider (and `kairos-operator` builds) comes
-//! next; until then a `url` source is still handed to the driver as it is.
+//! Once fetched, the image is imported into every Provider whose class the source is for:
+//! converted (qcow2), then the Provider's driver is called with `import-image` and a
+//! transfer grant for the cached file, so the host streams the bytes to the target the
+//! driver names (a volume) and the driver never holds them. `status.providers[]` says
+//! where each import stands; `Ready` is true once every one is.
+//!
+//! Not yet: VMs using the imported image (a `url` source is still handed to drivers as a
+//! URL), removing imports when the VMImage goes, and `kairos-operator` builds.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use banlieue_api::VMImage;
-use banlieue_imagebuilder::{ConvertError, Digest, FetchError, ImageCache};
+use banlieue_api::class::{ImageImport, ImageSource, ImportPhase, VMImageStatus};
+use banlieue_api::{Provider, VMImage};
+use banlieue_imagebuilder::{ConvertError, Digest, DiskFormat, FetchError, ImageCache};
+use banlieue_runtime::capability::transfer::TransferGrant;
+use banlieue_runtime::provider::{ImagePhase, ImageRequest, UrlSource};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use crate::conditions;
-use crate::reasons::Reason;
+use crate::conditions::{self, READY};
+use crate::reasons::{call_failure, Failure, Reason};
 use crate::reconciler::{Frame, Outcome};
 use crate::{status, Context, Error};
 
@@ -45,6 +55,13 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     };
     let images = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watcher::Config::default());
     let images_frame = Frame::new(ctx.clone(), "vmimage", images.store(), ());
+    // A Provider created or changed (not merely probed) may need the images.
+    let store = images.store();
+    let providers = watcher(ctx.watched::<Provider>(), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(kube::runtime::predicates::generation, Default::default());
+    let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
     let images_state = Arc::new(Images { ctx: ctx.clone(), cache, frame: images_frame });
     images
         .graceful_shutdown_on(stop)
@@ -81,6 +98,8 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
         .collect();
     if downloads.is_empty() {
         conditions::remove(&mut st.conditions, FETCHED);
+        conditions::remove(&mut st.conditions, READY);
+        st.providers.clear();
         status::write(&api, &image.name_any(), Some(&old), &st).await?;
         return Ok(Outcome::AwaitChange);
     }
@@ -98,7 +117,7 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     let outcome = match failure {
         None => {
             conditions::set(&mut st.conditions, FETCHED, true, Reason::Fetched, fetched.join("; "), generation);
-            Outcome::AwaitChange
+            import_everywhere(image, s, &api, &old, &mut st).await?
         }
         Some((reason, message, retry)) => {
             let changed = conditions::get(&old.conditions, FETCHED).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
@@ -113,8 +132,88 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     Ok(outcome)
 }
 
+/// Import the fetched image into every Provider its `url` sources apply to; `Ready` says
+/// whether all of them have it.
+async fn import_everywhere(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
+    let ctx = &s.ctx;
+    let generation = image.metadata.generation;
+    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let mut imports = Vec::new();
+    let mut retry = false;
+    for p in &providers {
+        let Some(src) = image.spec.sources.iter().find(|src| src.provider_class == p.spec.provider_class_ref.name && src.url.is_some()) else {
+            continue;
+        };
+        let key = crate::key(p);
+        let digest = src.checksum.clone().unwrap_or_default();
+        let prior = old.providers.iter().find(|i| i.provider == key);
+        if let Some(done) = prior.filter(|i| i.phase == ImportPhase::Ready && i.digest.as_deref() == Some(digest.as_str())) {
+            imports.push(done.clone());
+            continue;
+        }
+        // Say it is under way before the (possibly long) transfer.
+        let importing = ImageImport { provider: key.clone(), phase: ImportPhase::Importing, digest: Some(digest.clone()), ..Default::default() };
+        let mut during = st.clone();
+        during.providers = imports.iter().cloned().chain([importing]).collect();
+        status::write(api, &image.name_any(), Some(old), &during).await?;
+        let result = import_one(ctx, &s.cache, image, p, src).await;
+        let (phase, reference, message) = match result {
+            Ok(done) => done,
+            Err((reason, message, again)) => {
+                retry |= again;
+                (ImportPhase::Failed, None, format!("{reason}: {message}"))
+            }
+        };
+        if phase == ImportPhase::Failed && prior.is_none_or(|i| i.message.as_deref() != Some(message.as_str())) {
+            ctx.event(&image.object_ref(&()), true, Reason::ImportFailed, "Import", format!("{key}: {message}")).await;
+        }
+        imports.push(ImageImport { provider: key, phase, digest: Some(digest), reference, message: Some(message) });
+    }
+    st.providers = imports;
+    let failed: Vec<String> = st.providers.iter().filter(|i| i.phase != ImportPhase::Ready).map(|i| format!("{}: {}", i.provider, i.message.clone().unwrap_or_default())).collect();
+    let (ready, reason, message) = if st.providers.is_empty() {
+        (false, Reason::NoProvider, "no Provider's class has a url source in this image".to_string())
+    } else if failed.is_empty() {
+        (true, Reason::Imported, format!("on {} Providers", st.providers.len()))
+    } else {
+        (false, Reason::ImportFailed, failed.join("; "))
+    };
+    conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
+    Ok(if retry { Outcome::Retry } else { Outcome::AwaitChange })
+}
+
+/// Convert the cached image for `provider` and have its driver import it, the host
+/// streaming the bytes.
+async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider: &Provider, src: &ImageSource) -> Result<(ImportPhase, Option<String>, String), Failure> {
+    let url = src.url.clone().unwrap_or_default();
+    let digest = Digest::parse(src.checksum.as_deref().unwrap_or_default()).map_err(|e| (Reason::InvalidSpec, e.to_string(), false))?;
+    let entry = cache.get(&digest).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?.ok_or_else(|| (Reason::FetchFailed, format!("{url} is no longer in the image cache"), true))?;
+    // Every built-in driver that imports takes qcow2 (per-class formats come with vSphere's OVF import).
+    let converted = cache.convert(&entry, DiskFormat::Qcow2).await.map_err(|e| (Reason::NotADiskImage, format!("converting {url}: {e}"), false))?;
+    let info = cache.inspect(&converted).await.map_err(|e| (Reason::NotADiskImage, format!("{url}: {e}"), false))?;
+    // Into the Provider's first storage target (its classes map to pools or datastores).
+    let target = provider.spec.capabilities.storage_classes.values().next().cloned();
+    let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
+    let file = cache.open_entry(&converted).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?;
+    let mut grants = b.grants.clone();
+    grants.transfer = Some(TransferGrant { file: Arc::new(file), digest: digest.to_string(), format: "qcow2".into(), size: converted.size, virtual_size: info.virtual_size });
+    let request = ImageRequest {
+        name: image.name_any(),
+        source: banlieue_runtime::provider::ImageSource::Url(UrlSource { url, checksum: src.checksum.clone() }),
+        target,
+    };
+    let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(|e| call_failure(&e))?;
+    let phase = match done.phase {
+        ImagePhase::Pending => ImportPhase::Pending,
+        ImagePhase::Importing => ImportPhase::Importing,
+        ImagePhase::Ready => ImportPhase::Ready,
+        ImagePhase::Failed => ImportPhase::Failed,
+    };
+    Ok((phase, done.reference, done.message.unwrap_or_default()))
+}
+
 /// Download, verify and inspect one source; what it is, or why not.
-async fn fetch(cache: &ImageCache, d: &Download) -> Result<String, crate::reasons::Failure> {
+async fn fetch(cache: &ImageCache, d: &Download) -> Result<String, Failure> {
     let fetch_failure = |e: FetchError| {
         let reason = match &e {
             FetchError::InvalidChecksum(_) | FetchError::InvalidUrl(_) => Reason::InvalidSpec,

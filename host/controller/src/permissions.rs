@@ -100,13 +100,16 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             // Installs (server-side apply) the `<Kind>Machine` CRDs of each ProviderClass.
             rule("apiextensions.k8s.io", &["customresourcedefinitions"], &["create", "patch"]),
         ],
-        Role::ImageBuilder => vec![rule(BANLIEUE, &["vmimages"], WATCH), rule(BANLIEUE, &["vmimages/status"], &["patch"])],
+        Role::ImageBuilder => vec![
+            rule(BANLIEUE, &["vmimages", "providers"], WATCH),
+            rule(BANLIEUE, &["vmimages/status"], &["patch"]),
+            // A Provider's class and driver, to import into it.
+            rule(BANLIEUE, &["providerclasses"], &["get"]),
+        ],
     };
     // Secrets are read one by one, by name, when a banlieue object references them:
     // user-data, Provider credentials, registry pull secrets. Never listed or watched.
-    if role != Role::ImageBuilder {
-        rules.push(rule("", &["secrets"], &["get"]));
-    }
+    rules.push(rule("", &["secrets"], &["get"]));
     rules.push(rule("", &["events"], &["create"]));
     rules
 }
