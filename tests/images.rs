@@ -153,18 +153,15 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     assert_eq!(info(&path)?["virtual-size"], info(&lv.guest_disk())?["virtual-size"]);
     assert_eq!(info(&path)?["format"], "qcow2");
 
-    // A guest boots from the imported volume.
-    let booted = format!("{ns}-imported");
+    // A VM of that image boots from the imported volume on that Provider.
     let user_data = base64::engine::general_purpose::STANDARD.encode("#cloud-config\n#banlieue-marker: booted-from-imported-image\n");
     for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": booted},
-               "spec": {"sources": [{"providerClass": class, "backingFile": path}]}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
                "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 2, "storageClass": "standard"}],
                         "nics": [{"name": "eth0", "networkClass": "default"}]}}),
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web-user-data", "namespace": ns}, "data": {"user-data": user_data}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
-               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": booted},
+               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
                         "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": "web-user-data", "key": "user-data"}}}),
     ] {
         apply(&env.client, object).await?;
@@ -173,6 +170,8 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     wait_for(&vms, "web", 180, "Ready", vm_ready).await?;
     let domain = format!("{ns}_web");
+    let root = lv.virsh(&["vol-dumpxml", "--pool", &lv.pool, &format!("{domain}_root.qcow2")])?;
+    assert!(root.contains(&path), "the VM's disk is backed by the imported volume: {root}");
     let log = banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || {
         let log = lv.serial_log(&domain);
         Ok(log.contains("banlieue-guest: marker=booted-from-imported-image").then_some(log))
@@ -182,9 +181,7 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
 
     vms.delete("web", &DeleteParams::default()).await?;
     banlieue_tests::await_deleted(&vms, "web").await?;
-    for name in [&image, &booted] {
-        images.delete(name, &DeleteParams::default()).await?;
-    }
+    images.delete(&image, &DeleteParams::default()).await?;
     // (Removing imports with their VMImage is not done yet: the test removes the volume.)
     lv.virsh(&["vol-delete", "--pool", &lv.pool, &volume])?;
     assert_eq!(cp.permissions_complete(), Ok(()));

@@ -43,7 +43,7 @@ reasons! {
     PoweredOn, PoweredOff, Suspended, Cloning, Configuring, PoweringOn, WaitingForAddress, Running,
     ShuttingDown, PowerStateMismatch,
     // Objects a VM or Machine names that are missing or wrong.
-    ClassNotFound, ImageNotFound, UserDataNotFound, InvalidUserData, ProviderNotFound,
+    ClassNotFound, ImageNotFound, ImageNotReady, UserDataNotFound, InvalidUserData, ProviderNotFound,
     ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, InvalidSpec,
     InvalidPlacement, InvalidConnection, InvalidBootstrapData, FailureDomainNotFound,
     // Placement.

@@ -4,12 +4,30 @@
 
 use std::collections::BTreeMap;
 
-use banlieue_api::class::DEFAULT_POWER_OFF_TIMEOUT_SECONDS;
+use banlieue_api::class::{ImportPhase, DEFAULT_POWER_OFF_TIMEOUT_SECONDS};
 use banlieue_api::infra::{ResolvedDisk, ResolvedNic, ResolvedVm};
 use banlieue_api::{Provider, VMClass, VMImage};
 use kube::ResourceExt;
 
 use crate::reasons::{Failure, Reason};
+
+/// The image of a `url` source as imported into `provider`: the machine's image key and
+/// value. A reference that is a path is a backing file (libvirt), anything else a template
+/// (vSphere, Proxmox VE). Why not, when it is not imported (for that checksum) yet.
+fn imported(image: &VMImage, provider: &Provider, checksum: Option<&str>) -> Result<(&'static str, String), String> {
+    let key = format!("{}/{}", provider.namespace().unwrap_or_default(), provider.name_any());
+    let import = image.status.as_ref().and_then(|s| s.providers.iter().find(|i| i.provider == key));
+    match import {
+        None => Err("not imported yet".into()),
+        Some(i) if i.phase == ImportPhase::Ready && i.digest.as_deref() == checksum => match &i.reference {
+            Some(r) if r.starts_with('/') => Ok(("backingFile", r.clone())),
+            Some(r) => Ok(("template", r.clone())),
+            None => Err("the import reports no reference".into()),
+        },
+        Some(i) if i.phase == ImportPhase::Ready => Err("the import is of another checksum".into()),
+        Some(i) => Err(format!("import {:?}: {}", i.phase, i.message.clone().unwrap_or_default())),
+    }
+}
 
 /// The resolved VM of `class` and `image` on `provider` (of class `provider_class`),
 /// powered on, without user-data: the caller adds what its object asks for.
@@ -23,9 +41,20 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
         .find(|s| s.provider_class == provider_class)
         .ok_or_else(|| (Reason::NoImageSource, format!("VMImage {:?} has no source for class {provider_class:?}", image.name_any()), false))?;
     let mut image_map = BTreeMap::new();
-    for (k, v) in [("template", &source.template), ("backingFile", &source.backing_file), ("url", &source.url), ("checksum", &source.checksum)] {
-        if let Some(v) = v {
-            image_map.insert(k.to_string(), v.clone());
+    match &source.url {
+        // A URL is imported by the imagebuilder; machines boot from what it imported.
+        Some(url) => {
+            let (key, reference) = imported(image, provider, source.checksum.as_deref()).map_err(|why| {
+                (Reason::ImageNotReady, format!("VMImage {:?} ({url}) is not on Provider {}/{} yet: {why}", image.name_any(), provider.namespace().unwrap_or_default(), provider.name_any()), true)
+            })?;
+            image_map.insert(key.to_string(), reference);
+        }
+        None => {
+            for (k, v) in [("template", &source.template), ("backingFile", &source.backing_file)] {
+                if let Some(v) = v {
+                    image_map.insert(k.to_string(), v.clone());
+                }
+            }
         }
     }
     Ok(ResolvedVm {
@@ -46,4 +75,43 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
         power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::class::{ImageImport, ImageSource, VMImageSpec, VMImageStatus};
+
+    const SUM: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+    fn provider() -> Provider {
+        let mut p = Provider::new("kvm", serde_json::from_value(serde_json::json!({"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "qemu:///system"}})).unwrap());
+        p.metadata.namespace = Some("infra".into());
+        p
+    }
+
+    fn image(import: Option<ImageImport>) -> VMImage {
+        let source = ImageSource { provider_class: "libvirt".into(), url: Some("https://images.example/os.qcow2".into()), checksum: Some(SUM.into()), ..Default::default() };
+        let mut i = VMImage::new("os", VMImageSpec { sources: vec![source], ..Default::default() });
+        i.status = import.map(|i| VMImageStatus { providers: vec![i], ..Default::default() });
+        i
+    }
+
+    fn import(phase: ImportPhase, digest: &str) -> ImageImport {
+        ImageImport { provider: "infra/kvm".into(), phase, digest: Some(digest.into()), reference: Some("/var/lib/pool/image@os@000000000000".into()), message: Some("m".into()) }
+    }
+
+    #[test]
+    fn a_url_image_is_used_as_imported_and_waited_for_until_then() {
+        let class = VMClass::new("small", Default::default());
+        let p = provider();
+        let vm = machine_vm(&class, &image(Some(import(ImportPhase::Ready, SUM))), &p, "libvirt").unwrap();
+        assert_eq!(vm.image.get("backingFile").map(String::as_str), Some("/var/lib/pool/image@os@000000000000"));
+        assert!(!vm.image.contains_key("url"), "the URL is not handed to the driver");
+        for not_yet in [None, Some(import(ImportPhase::Importing, SUM)), Some(import(ImportPhase::Ready, "sha256:other"))] {
+            let (reason, message, retry) = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt").unwrap_err();
+            assert_eq!(reason, Reason::ImageNotReady, "{not_yet:?}");
+            assert!(message.contains("infra/kvm") && retry, "{message}");
+        }
+    }
 }
