@@ -92,6 +92,8 @@ async fn main() -> anyhow::Result<()> {
     let len = mib << 20;
     let addr = serve(source, len).await?;
     let url = format!("http://{addr}/image.raw");
+    // reqwest without a bundled TLS provider (as the cache uses it): install ring's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let rss_before = peak_rss_mib();
 
