@@ -179,11 +179,17 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     .await?;
     assert!(log.contains("banlieue-guest"), "{log}");
 
+    // Deleting the VMImage is refused while the VM uses it; then the import goes with it.
+    images.delete(&image, &DeleteParams::default()).await?;
+    let in_use = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InUse"));
+    let held = wait_for(&images, &image, 60, "Ready=False/InUse", in_use).await?;
+    let message = held.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")).map(|c| c.message.clone()).unwrap_or_default();
+    assert!(message.contains(&format!("{ns}/web")), "{message}");
+    assert_eq!(lv.volumes(&format!("image@{image}@"))?, vec![volume.clone()], "nothing removed while in use");
     vms.delete("web", &DeleteParams::default()).await?;
     banlieue_tests::await_deleted(&vms, "web").await?;
-    images.delete(&image, &DeleteParams::default()).await?;
-    // (Removing imports with their VMImage is not done yet: the test removes the volume.)
-    lv.virsh(&["vol-delete", "--pool", &lv.pool, &volume])?;
+    banlieue_tests::await_deleted(&images, &image).await?;
+    assert!(lv.volumes(&format!("image@{image}@"))?.is_empty(), "the imported volume is gone from libvirt");
     assert_eq!(cp.permissions_complete(), Ok(()));
     Ok(())
 }

@@ -258,6 +258,7 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         // VMImages with url sources (the images suite, which runs the roles as these
         // ServiceAccounts too).
         ("imagebuilder", "patch", "banlieue.io", "vmimages/status"),
+        ("imagebuilder", "patch", "banlieue.io", "vmimages"),
         ("imagebuilder", "create", "", "events"),
         ("imagebuilder", "get", "banlieue.io", "providerclasses"),
         // Credentials of Providers that have them (vSphere, Proxmox VE), read for an import

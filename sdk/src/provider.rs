@@ -13,7 +13,7 @@ pub use crate::bindings::provider::banlieue::provider::types::{
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.2.1";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
@@ -30,6 +30,11 @@ pub trait Driver {
     /// Import an image; called again until it is ready or failed.
     fn import_image(_config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
         Err(Error::InvalidSpec(format!("this driver does not import images ({})", request.name)))
+    }
+    /// Remove what `import_image` made (`reference` as it reported it); already gone is
+    /// success. A driver that imports nothing has nothing to remove.
+    fn delete_image(_config: &ProviderConfig, _request: &ImageRequest, _reference: &str) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -155,6 +160,9 @@ macro_rules! export_provider {
                     power_off: wit::PowerOff,
                 ) -> ::core::result::Result<(), wit::Error> {
                     D::delete(&config, &machine, &power_off)
+                }
+                fn delete_image(config: wit::ProviderConfig, request: wit::ImageRequest, reference: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
+                    D::delete_image(&config, &request, &reference)
                 }
                 fn import_image(config: wit::ProviderConfig, request: wit::ImageRequest) -> ::core::result::Result<wit::ImageStatus, wit::Error> {
                     D::import_image(&config, &request)

@@ -62,6 +62,8 @@
 //!   (`banlieue:host/transfer`): the bytes never pass through the driver. The reference is
 //!   the volume's path, for machines to use as their backing file. The host records
 //!   completion in the VMImage's status, so an import cut off is simply done again.
+//! - `delete-image`: deletes the volume at the reported path, if its name is one this driver
+//!   gives imports of that VMImage (`image@{vmimage}@…`); already gone is success.
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo, DomainState};
 use banlieue_sdk::provider::{
@@ -395,6 +397,23 @@ impl Driver for Libvirt {
             reference: Some(created.path),
             message: Some(format!("{} bytes of {} ({}) in volume {volume} of pool {pool}", sent, image.format, image.digest)),
         })
+    }
+
+    fn delete_image(_config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
+        // Only a volume this driver imported (its name says so), found by the path it reported.
+        let prefix = naming::image_volume_prefix(&request.name)?;
+        for pool in libvirt::pool_list()?.into_iter().filter(|p| p.active) {
+            let volumes = match libvirt::volume_list(&pool.name) {
+                Err(Error::NotFound(_)) => continue,
+                other => other?,
+            };
+            for volume in volumes.into_iter().filter(|v| v.path == reference && v.name.starts_with(&prefix)) {
+                ignore_not_found(libvirt::volume_delete(&pool.name, &volume.name))
+                    .map_err(|e| e.context(format!("deleting image volume {} in pool {}", volume.name, pool.name)))?;
+                info!("deleted image volume {} in pool {}", volume.name, pool.name);
+            }
+        }
+        Ok(())
     }
 }
 

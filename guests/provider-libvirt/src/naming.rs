@@ -31,10 +31,15 @@ pub fn image_volume_name(image: &str, digest: &str) -> Result<String> {
     let Some(hex) = hex else {
         return Err(Error::InvalidSpec(format!("image digest {digest:?} is not sha256:<hex>")));
     };
+    Ok(format!("{}{}", image_volume_prefix(image)?, &hex[..12]))
+}
+
+/// What every imported volume of VMImage `image` starts with: `image@{vmimage}@`.
+pub fn image_volume_prefix(image: &str) -> Result<String> {
     if image.is_empty() || image.contains(['_', '/', '@']) {
         return Err(Error::InvalidSpec(format!("image name {image:?} is not a Kubernetes name")));
     }
-    Ok(format!("image@{image}@{}", &hex[..12]))
+    Ok(format!("image@{image}@"))
 }
 
 /// Where libvirtd logs the serial console of domain `domain` (libvirt's own log directory).

@@ -13,14 +13,15 @@
 //! driver names (a volume) and the driver never holds them. `status.providers[]` says
 //! where each import stands; `Ready` is true once every one is.
 //!
-//! Not yet: VMs using the imported image (a `url` source is still handed to drivers as a
-//! URL), removing imports when the VMImage goes, and `kairos-operator` builds.
+//! Deleting the VMImage is refused (`Ready=False/InUse`) while VirtualMachines use it;
+//! then each Provider's driver removes what it imported (`delete-image`) before the
+//! finalizer goes. Not yet: `kairos-operator` builds.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use banlieue_api::class::{ImageImport, ImageSource, ImportPhase, VMImageStatus};
-use banlieue_api::{Provider, VMImage};
+use banlieue_api::{Provider, VMImage, VirtualMachine};
 use banlieue_imagebuilder::{ConvertError, Digest, DiskFormat, FetchError, ImageCache};
 use banlieue_runtime::capability::transfer::TransferGrant;
 use banlieue_runtime::provider::{ImagePhase, ImageRequest, UrlSource};
@@ -34,10 +35,12 @@ use kube::{Resource, ResourceExt};
 use crate::conditions::{self, READY};
 use crate::reasons::{call_failure, Failure, Reason};
 use crate::reconciler::{Frame, Outcome};
-use crate::{status, Context, Error};
+use crate::{finalizer, status, Context, Error};
 
 /// The condition saying whether every `url` source is in the image cache, verified.
 pub const FETCHED: &str = "Fetched";
+/// Held on VMImages with `url` sources until what they imported is removed.
+pub const FINALIZER: &str = "banlieue.io/imagebuilder";
 
 struct Images {
     ctx: Arc<Context>,
@@ -62,6 +65,15 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
+    // A VM going away may release an image being deleted.
+    let deleting = images.store();
+    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).default_backoff().touched_objects();
+    let images = images.watches_stream(vms, move |vm: VirtualMachine| {
+        deleting
+            .get(&ObjectRef::new(&vm.spec.image_ref.name))
+            .filter(|i| i.metadata.deletion_timestamp.is_some())
+            .map(|i| ObjectRef::from_obj(&*i))
+    });
     let images_state = Arc::new(Images { ctx: ctx.clone(), cache, frame: images_frame });
     images
         .graceful_shutdown_on(stop)
@@ -96,11 +108,19 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
         .iter()
         .filter_map(|src| Some(Download { url: src.url.clone()?, checksum: src.checksum.clone().unwrap_or_default() }))
         .collect();
+    if image.metadata.deletion_timestamp.is_some() {
+        return remove_imports(image, s, &api, &old).await;
+    }
     if downloads.is_empty() {
         conditions::remove(&mut st.conditions, FETCHED);
         conditions::remove(&mut st.conditions, READY);
         st.providers.clear();
         status::write(&api, &image.name_any(), Some(&old), &st).await?;
+        return Ok(Outcome::AwaitChange);
+    }
+    // What it imports is removed with it.
+    if !finalizer::has(image, FINALIZER) {
+        finalizer::add(&api, image, FINALIZER).await?;
         return Ok(Outcome::AwaitChange);
     }
     let mut fetched = Vec::new();
@@ -130,6 +150,69 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     };
     status::write(&api, &image.name_any(), Some(&old), &st).await?;
     Ok(outcome)
+}
+
+/// Behind the finalizer: refuse while VMs use the image, then have each Provider's driver
+/// remove what it imported, then let the VMImage go.
+async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &VMImageStatus) -> Result<Outcome, Error> {
+    let ctx = &s.ctx;
+    if !finalizer::has(image, FINALIZER) {
+        return Ok(Outcome::AwaitChange);
+    }
+    let mut st = old.clone();
+    let generation = image.metadata.generation;
+    let users: Vec<String> = ctx
+        .watched::<VirtualMachine>()
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|vm| vm.spec.image_ref.name == image.name_any())
+        .map(crate::key)
+        .collect();
+    if !users.is_empty() {
+        let message = format!("still used by VirtualMachines {}: delete them (or change their image) first", users.join(", "));
+        if conditions::get(&old.conditions, READY).is_none_or(|c| c.reason != Reason::InUse.as_str()) {
+            ctx.event(&image.object_ref(&()), true, Reason::InUse, "Delete", message.clone()).await;
+        }
+        conditions::set(&mut st.conditions, READY, false, Reason::InUse, message, generation);
+        status::write(api, &image.name_any(), Some(old), &st).await?;
+        return Ok(Outcome::Retry);
+    }
+    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let mut left = Vec::new();
+    for import in &old.providers {
+        let Some(reference) = &import.reference else { continue };
+        // A Provider deleted since holds nothing banlieue can still reach.
+        let Some(provider) = providers.iter().find(|p| crate::key(*p) == import.provider) else { continue };
+        let Some(src) = image.spec.sources.iter().find(|src| src.provider_class == provider.spec.provider_class_ref.name) else { continue };
+        if let Err((reason, message, _)) = delete_one(ctx, image, provider, src, reference).await {
+            left.push(format!("{}: {reason}: {message}", import.provider));
+        }
+    }
+    if !left.is_empty() {
+        let message = format!("cannot remove the imports yet: {}", left.join("; "));
+        conditions::set(&mut st.conditions, READY, false, Reason::Deleting, message, generation);
+        status::write(api, &image.name_any(), Some(old), &st).await?;
+        return Ok(Outcome::Retry);
+    }
+    ctx.event(&image.object_ref(&()), false, Reason::Deleted, "Delete", format!("imports removed from {} Providers", old.providers.len())).await;
+    finalizer::remove(api, image, FINALIZER).await?;
+    Ok(Outcome::AwaitChange)
+}
+
+/// Have `provider`'s driver remove the import at `reference`.
+async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &ImageSource, reference: &str) -> Result<(), Failure> {
+    let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
+    let request = ImageRequest {
+        name: image.name_any(),
+        source: banlieue_runtime::provider::ImageSource::Url(UrlSource { url: src.url.clone().unwrap_or_default(), checksum: src.checksum.clone() }),
+        target: provider.spec.capabilities.storage_classes.values().next().cloned(),
+    };
+    match ctx.call(&b.class, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
+        Ok(()) | Err(banlieue_runtime::CallError::Guest(banlieue_runtime::GuestError::NotFound(_))) => Ok(()),
+        Err(e) => Err(call_failure(&e)),
+    }
 }
 
 /// Import the fetched image into every Provider its `url` sources apply to; `Ready` says

@@ -102,7 +102,10 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
         ],
         Role::ImageBuilder => vec![
             rule(BANLIEUE, &["vmimages", "providers"], WATCH),
-            rule(BANLIEUE, &["vmimages/status"], &["patch"]),
+            // Its finalizer, and its status.
+            rule(BANLIEUE, &["vmimages", "vmimages/status"], &["patch"]),
+            // Whether VMs still use an image being deleted.
+            rule(BANLIEUE, &["virtualmachines"], WATCH),
             // A Provider's class and driver, to import into it.
             rule(BANLIEUE, &["providerclasses"], &["get"]),
         ],

@@ -55,7 +55,7 @@ reasons! {
     CapabilitiesNotAllowed, NotLoaded, CRDInstallFailed, InvalidComponent, IncompatibleContract,
     ForbiddenImport, CPUBudgetExceeded, MemoryLimitExceeded, Trapped, Busy,
     // Images.
-    Fetched, URLNotAllowed, ChecksumMismatch, ImageTooLarge, NotADiskImage, Imported, ImportFailed, NoProvider,
+    Fetched, URLNotAllowed, ChecksumMismatch, ImageTooLarge, NotADiskImage, Imported, ImportFailed, NoProvider, InUse,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

@@ -16,7 +16,7 @@ pub enum Contract {
 
 /// Contract versions this host implements.
 pub const PLACEMENT_VERSION: &str = "0.1.0";
-pub const PROVIDER_VERSION: &str = "0.2.1";
+pub const PROVIDER_VERSION: &str = "0.3.0";
 
 impl Contract {
     pub fn world(self) -> &'static str {

@@ -91,6 +91,10 @@ impl ProviderDriver {
     pub async fn import_image(&self, config: &ProviderConfig, request: &ImageRequest, limits: Limits, grants: Grants) -> Result<ImageStatus, CallError> {
         call!(self, limits, grants, |d, store| d.call_import_image(&mut store, config, request).await)
     }
+
+    pub async fn delete_image(&self, config: &ProviderConfig, request: &ImageRequest, reference: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(self, limits, grants, |d, store| d.call_delete_image(&mut store, config, request, reference).await)
+    }
 }
 
 impl bindings::banlieue::provider::types::Host for HostState {}
