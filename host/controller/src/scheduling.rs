@@ -159,6 +159,26 @@ pub fn candidates(
     Ok(out)
 }
 
+/// The candidates where `image` can be used now, when there are any: a `url` image is
+/// usable only on Providers it was imported into (for its source's checksum), so placement
+/// prefers those. With none of them (the imports still running), every candidate stays: the
+/// imagebuilder imports into each Provider of the class, and a VM placed before its Provider
+/// has the image waits with `ImageNotReady`.
+pub fn prefer_imported(candidates: Vec<Candidate>, image: &banlieue_api::VMImage) -> Vec<Candidate> {
+    let imports = image.status.as_ref().map(|s| s.providers.as_slice()).unwrap_or_default();
+    let usable = |c: &Candidate| match image.spec.sources.iter().find(|s| s.provider_class == c.provider_class) {
+        Some(src) if src.url.is_some() => imports
+            .iter()
+            .any(|i| i.provider == c.provider && i.phase == banlieue_api::class::ImportPhase::Ready && i.digest == src.checksum),
+        _ => true,
+    };
+    if candidates.iter().any(usable) {
+        candidates.into_iter().filter(usable).collect()
+    } else {
+        candidates
+    }
+}
+
 /// Is the VM's current placement still among the candidates?
 pub fn still_valid(scheduled: &Scheduled, candidates: &Candidates, namespace: &str) -> bool {
     let provider = format!("{namespace}/{}", scheduled.provider);
@@ -285,6 +305,35 @@ mod tests {
             }))
             .expect("provider"),
         )
+    }
+
+    #[test]
+    fn placement_prefers_providers_that_have_a_url_image_imported() {
+        use banlieue_api::class::{ImageImport, ImportPhase};
+        let providers = [provider("a", true, json!([domain("a1", "z1", &[])])), provider("b", true, json!([domain("b1", "z2", &[])]))];
+        let mut image: banlieue_api::VMImage = serde_json::from_value(json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "os"},
+            "spec": {"sources": [{"providerClass": "libvirt", "url": "https://images.example/os.qcow2",
+                                  "checksum": "sha256:0000000000000000000000000000000000000000000000000000000000000001"}]}
+        }))
+        .unwrap();
+        let vm: VirtualMachine = serde_json::from_value(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "team"}, "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "os"}}})).unwrap();
+        let classes: BTreeSet<String> = ["libvirt".to_string()].into();
+        let all = candidates(&vm, &class(&[]), &classes, &providers, &[], true).unwrap().candidates;
+        let names = |c: &[Candidate]| c.iter().map(|c| c.provider.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&prefer_imported(all.clone(), &image)), ["team/a", "team/b"], "no import yet: every candidate");
+        let import = |provider: &str, phase: ImportPhase, digest: &str| ImageImport {
+            provider: provider.into(), phase, digest: Some(digest.into()), reference: Some("/pool/os".into()), message: None,
+        };
+        let sum = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+        image.status = Some(banlieue_api::class::VMImageStatus {
+            providers: vec![import("team/a", ImportPhase::Importing, sum), import("team/b", ImportPhase::Ready, sum)],
+            ..Default::default()
+        });
+        assert_eq!(names(&prefer_imported(all.clone(), &image)), ["team/b"], "only where it is imported");
+        image.status.as_mut().unwrap().providers[1].digest = Some("sha256:other".into());
+        assert_eq!(names(&prefer_imported(all, &image)), ["team/a", "team/b"], "an import of another checksum does not count");
     }
 
     fn domain(name: &str, zone: &str, features: &[&str]) -> Value {

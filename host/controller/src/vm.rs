@@ -259,7 +259,7 @@ impl<'a> Reconcile<'a> {
         let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
         let vms = self.state.vms.state();
 
-        let scheduled = self.place(&class, &image_classes, &providers, &vms).await?;
+        let scheduled = self.place(&class, &image, &image_classes, &providers, &vms).await?;
         let provider = providers
             .iter()
             .find(|p| p.name_any() == scheduled.provider)
@@ -306,6 +306,7 @@ impl<'a> Reconcile<'a> {
     async fn place(
         &mut self,
         class: &VMClass,
+        image: &VMImage,
         image_classes: &BTreeSet<String>,
         providers: &[Arc<Provider>],
         vms: &[Arc<VirtualMachine>],
@@ -331,7 +332,7 @@ impl<'a> Reconcile<'a> {
                     return Ok(current.clone());
                 }
             }
-            match self.choose(class, image_classes, providers, vms).await {
+            match self.choose(class, image, image_classes, providers, vms).await {
                 Ok(next) => {
                     self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
                     Ok(next)
@@ -343,13 +344,20 @@ impl<'a> Reconcile<'a> {
                 }
             }
         } else {
-            let next = self.choose(class, image_classes, providers, vms).await?;
+            let next = self.choose(class, image, image_classes, providers, vms).await?;
             self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, "newly scheduled");
             Ok(next)
         }
     }
 
-    async fn choose(&mut self, class: &VMClass, image_classes: &BTreeSet<String>, providers: &[Arc<Provider>], vms: &[Arc<VirtualMachine>]) -> Result<Scheduled, Blocked> {
+    async fn choose(
+        &mut self,
+        class: &VMClass,
+        image: &VMImage,
+        image_classes: &BTreeSet<String>,
+        providers: &[Arc<Provider>],
+        vms: &[Arc<VirtualMachine>],
+    ) -> Result<Scheduled, Blocked> {
         let found = scheduling::candidates(self.vm, class, image_classes, providers, vms, true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
         if found.candidates.is_empty() {
             let mut why = found.excluded.clone();
@@ -362,7 +370,8 @@ impl<'a> Reconcile<'a> {
         // The VM's own policy (a pool sets its own on members), else the class's, else spread.
         let policy_ref = self.vm.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).or(class.spec.placement_policy_ref.as_ref());
         let request = |parameters: &BTreeMap<String, serde_json::Value>| scheduling::request(self.vm, class, parameters);
-        let decision = scheduling::decide(self.ctx, policy_ref, request, &found.candidates, format!("{}/{}", self.ns, self.name))
+        let candidates = scheduling::prefer_imported(found.candidates, image);
+        let decision = scheduling::decide(self.ctx, policy_ref, request, &candidates, format!("{}/{}", self.ns, self.name))
             .await
             .map_err(|(reason, message, retry)| Blocked { condition: SCHEDULED, reason, message, retry })?;
         let (chosen, policy_name) = (&decision.candidate, &decision.policy);

@@ -327,6 +327,7 @@ async fn place(
         })
     };
     let candidates: Vec<_> = found.candidates.iter().filter(|c| allowed(c).is_some()).cloned().collect();
+    let candidates = scheduling::prefer_imported(candidates, image);
     if candidates.is_empty() {
         let what = if control_plane { "control-plane " } else { "" };
         let mut message = format!("none of the cluster's {what}failure domains can host this machine");
