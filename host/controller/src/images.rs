@@ -201,14 +201,20 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
     Ok(Outcome::AwaitChange)
 }
 
-/// Have `provider`'s driver remove the import at `reference`.
-async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &ImageSource, reference: &str) -> Result<(), Failure> {
-    let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
-    let request = ImageRequest {
+/// What the driver is asked to import (or remove) for `src` on `provider`: into the
+/// Provider's first storage target (its classes map to pools or datastores).
+fn image_request(image: &VMImage, provider: &Provider, src: &ImageSource) -> ImageRequest {
+    ImageRequest {
         name: image.name_any(),
         source: banlieue_runtime::provider::ImageSource::Url(UrlSource { url: src.url.clone().unwrap_or_default(), checksum: src.checksum.clone() }),
         target: provider.spec.capabilities.storage_classes.values().next().cloned(),
-    };
+    }
+}
+
+/// Have `provider`'s driver remove the import at `reference`.
+async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &ImageSource, reference: &str) -> Result<(), Failure> {
+    let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
+    let request = image_request(image, provider, src);
     match ctx.call(&b.class, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
         Ok(()) | Err(banlieue_runtime::CallError::Guest(banlieue_runtime::GuestError::NotFound(_))) => Ok(()),
         Err(e) => Err(call_failure(&e)),
@@ -274,17 +280,11 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
     // Every built-in driver that imports takes qcow2 (per-class formats come with vSphere's OVF import).
     let converted = cache.convert(&entry, DiskFormat::Qcow2).await.map_err(|e| (Reason::NotADiskImage, format!("converting {url}: {e}"), false))?;
     let info = cache.inspect(&converted).await.map_err(|e| (Reason::NotADiskImage, format!("{url}: {e}"), false))?;
-    // Into the Provider's first storage target (its classes map to pools or datastores).
-    let target = provider.spec.capabilities.storage_classes.values().next().cloned();
     let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
     let file = cache.open_entry(&converted).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?;
     let mut grants = b.grants.clone();
     grants.transfer = Some(TransferGrant { file: Arc::new(file), digest: digest.to_string(), format: "qcow2".into(), size: converted.size, virtual_size: info.virtual_size });
-    let request = ImageRequest {
-        name: image.name_any(),
-        source: banlieue_runtime::provider::ImageSource::Url(UrlSource { url, checksum: src.checksum.clone() }),
-        target,
-    };
+    let request = image_request(image, provider, src);
     let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(|e| call_failure(&e))?;
     let phase = match done.phase {
         ImagePhase::Pending => ImportPhase::Pending,

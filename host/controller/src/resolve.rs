@@ -11,12 +11,12 @@ use kube::ResourceExt;
 
 use crate::reasons::{Failure, Reason};
 
-/// The image of a `url` source as imported into `provider`: the machine's image key and
-/// value. A reference that is a path is a backing file (libvirt), anything else a template
-/// (vSphere, Proxmox VE). Why not, when it is not imported (for that checksum) yet.
-fn imported(image: &VMImage, provider: &Provider, checksum: Option<&str>) -> Result<(&'static str, String), String> {
-    let key = format!("{}/{}", provider.namespace().unwrap_or_default(), provider.name_any());
-    let import = image.status.as_ref().and_then(|s| s.providers.iter().find(|i| i.provider == key));
+/// The image of a `url` source as imported into Provider `provider` (`namespace/name`): the
+/// machine's image key and value. A reference that is a path is a backing file (libvirt),
+/// anything else a template (vSphere, Proxmox VE). Why not, when it is not imported (for
+/// that checksum) yet. Placement asks the same question (`scheduling::prefer_imported`).
+pub fn imported(image: &VMImage, provider: &str, checksum: Option<&str>) -> Result<(&'static str, String), String> {
+    let import = image.status.as_ref().and_then(|s| s.providers.iter().find(|i| i.provider == provider));
     match import {
         None => Err("not imported yet".into()),
         Some(i) if i.phase == ImportPhase::Ready && i.digest.as_deref() == checksum => match &i.reference {
@@ -44,9 +44,9 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
     match &source.url {
         // A URL is imported by the imagebuilder; machines boot from what it imported.
         Some(url) => {
-            let (key, reference) = imported(image, provider, source.checksum.as_deref()).map_err(|why| {
-                (Reason::ImageNotReady, format!("VMImage {:?} ({url}) is not on Provider {}/{} yet: {why}", image.name_any(), provider.namespace().unwrap_or_default(), provider.name_any()), true)
-            })?;
+            let at = crate::key(provider);
+            let (key, reference) = imported(image, &at, source.checksum.as_deref())
+                .map_err(|why| (Reason::ImageNotReady, format!("VMImage {:?} ({url}) is not on Provider {at} yet: {why}", image.name_any()), true))?;
             image_map.insert(key.to_string(), reference);
         }
         None => {

@@ -165,11 +165,8 @@ pub fn candidates(
 /// imagebuilder imports into each Provider of the class, and a VM placed before its Provider
 /// has the image waits with `ImageNotReady`.
 pub fn prefer_imported(candidates: Vec<Candidate>, image: &banlieue_api::VMImage) -> Vec<Candidate> {
-    let imports = image.status.as_ref().map(|s| s.providers.as_slice()).unwrap_or_default();
     let usable = |c: &Candidate| match image.spec.sources.iter().find(|s| s.provider_class == c.provider_class) {
-        Some(src) if src.url.is_some() => imports
-            .iter()
-            .any(|i| i.provider == c.provider && i.phase == banlieue_api::class::ImportPhase::Ready && i.digest == src.checksum),
+        Some(src) if src.url.is_some() => crate::resolve::imported(image, &c.provider, src.checksum.as_deref()).is_ok(),
         _ => true,
     };
     if candidates.iter().any(usable) {
