@@ -16,3 +16,9 @@ pub fn image() -> Result<Image> {
 pub fn to_libvirt_volume(pool: &str, name: &str) -> Result<u64> {
     host::to_libvirt_volume(pool, name).map_err(|e| e.context(format_args!("uploading the image to volume {pool}/{name}")))
 }
+
+/// Stream the image as the body of one `method` (PUT or POST) request to `url`, which must be
+/// inside the http grant (an upload URL the backend handed out); returns the response status.
+pub fn to_http(method: &str, url: &str, headers: &[(String, String)]) -> Result<u16> {
+    host::to_http(method, url, headers).map_err(|e| e.context(format_args!("uploading the image to {url}")))
+}

@@ -68,17 +68,20 @@
 //!   (`overrule-shutdown=1`), both tasks waited for. Suspend is refused.
 //! - `delete`: power off per the mode, `DELETE …?purge=1&destroy-unreferenced-disks=1`,
 //!   wait for the task; a VM that is not there is success.
-//! - `import-image` is not supported (the SDK default): PVE's `download-url` and
-//!   upload need a template to be made from them, out of scope.
+//! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
+//!   named `image-{vmimage}-{12 hex of its sha256}`: PVE downloads the URL
+//!   (`download-url`, checksum checked) and imports it into a new VM's disk
+//!   (`import-from`), which becomes the template ([`import`]).
 
 use banlieue_sdk::provider::{
-    Driver, FailureDomain, Firmware, ImageSource, Inventory, Machine, MachinePhase, MachineRef, MachineStatus,
+    Driver, FailureDomain, Firmware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus,
     PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
 
 pub mod api;
+pub mod import;
 pub mod pve;
 
 use pve::Pve;
@@ -635,6 +638,14 @@ impl Driver for Proxmox {
             PowerState::Suspended => return Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into())),
         }
         status(&pve, &vm, Vec::new())
+    }
+
+    fn import_image(config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
+        import::import(config, request)
+    }
+
+    fn delete_image(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
+        import::delete(config, request, reference)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()> {

@@ -52,17 +52,20 @@
 //!   unreachable (`TaskInProgress`, HTTP 5xx without a SOAP fault, connect
 //!   errors) → `unavailable`; invalid arguments → `invalid-spec`; the message
 //!   names the operation and object and carries vCenter's message.
-//! - `import-image` is not supported (the SDK default).
+//! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
+//!   named `image-{vmimage}-{12 hex of its sha256}` through `ImportVApp` and an
+//!   `HttpNfcLease`, the host streaming the VMDK ([`import`]).
 
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
-    Address, AddressType, Capacity, Driver, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineRef,
+    Address, AddressType, Capacity, Driver, FailureDomain, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
     MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info, warn};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod import;
 pub mod soap;
 pub mod vim;
 
@@ -489,8 +492,8 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
         ))
         .into());
     };
-    let mut specs: Vec<PropSpec> = INVENTORY.iter().map(|s| PropSpec { kind: s.kind, paths: s.paths }).collect();
-    specs.extend(VMS.iter().map(|s| PropSpec { kind: s.kind, paths: s.paths }));
+    let mut specs: Vec<PropSpec> = INVENTORY.to_vec();
+    specs.extend_from_slice(VMS);
     let inv = Inv::read(vim, &specs)?;
     let clusters = inv.clusters();
     let cluster = clusters.iter().find(|c| c.name == machine.failure_domain).ok_or_else(|| {
@@ -609,6 +612,14 @@ impl Driver for VSphere {
             ensure_power(vim, &vm, state, off)?;
             describe_vm(vim, &vm)
         })
+    }
+
+    fn import_image(config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
+        import::import(config, request)
+    }
+
+    fn delete_image(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
+        import::delete(config, request, reference)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {

@@ -248,6 +248,7 @@ pub fn find_by_inventory_path(search_index: &MoRef, path: &str) -> String {
 }
 
 /// Properties to read from each object of a type.
+#[derive(Clone, Copy)]
 pub struct PropSpec<'a> {
     pub kind: &'a str,
     pub paths: &'a [&'a str],
@@ -407,6 +408,29 @@ pub fn clone_vm(template: &MoRef, folder: &MoRef, name: &str, pool: &MoRef, data
 /// `ReconfigVM_Task`.
 pub fn reconfigure(vm: &MoRef, config: &ConfigSpec) -> String {
     method("ReconfigVM_Task", vm, &format!("<spec>{}</spec>", config.xml()))
+}
+
+/// `ImportVApp` of a VM `name` with one thin disk of `capacity_kib` on `datastore` (a name)
+/// behind an LSI Logic controller, into `pool` and `folder` — what `govc import.vmdk` asks
+/// for; the disk's content then comes through the returned `HttpNfcLease`.
+pub fn import_vapp(pool: &MoRef, folder: &MoRef, name: &str, annotation: &str, datastore: &str, capacity_kib: u64) -> String {
+    let ds = format!("[{datastore}]");
+    let inner = format!(
+        "<spec xsi:type=\"VirtualMachineImportSpec\"><configSpec>{}<guestId>otherGuest64</guestId>{}<files>{}</files>\
+<numCPUs>1</numCPUs><memoryMB>512</memoryMB>\
+<deviceChange><operation>add</operation><device xsi:type=\"VirtualLsiLogicController\"><key>1000</key>\
+<busNumber>0</busNumber><sharedBus>noSharing</sharedBus></device></deviceChange>\
+<deviceChange><operation>add</operation><fileOperation>create</fileOperation><device xsi:type=\"VirtualDisk\"><key>-1</key>\
+<backing xsi:type=\"VirtualDiskFlatVer2BackingInfo\">{}<diskMode>persistent</diskMode><thinProvisioned>true</thinProvisioned></backing>\
+<controllerKey>1000</controllerKey><unitNumber>0</unitNumber><capacityInKB>{capacity_kib}</capacityInKB></device></deviceChange>\
+</configSpec></spec>{}",
+        el("name", name),
+        el("annotation", annotation),
+        el("vmPathName", &ds),
+        el("fileName", &ds),
+        folder.xml("folder"),
+    );
+    method("ImportVApp", pool, &inner)
 }
 
 #[cfg(test)]

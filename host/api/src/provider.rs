@@ -171,6 +171,25 @@ pub struct ProviderClassSpec {
     /// The host capabilities the driver requests.
     #[serde(default)]
     pub capabilities: RequestedCapabilities,
+    /// The disk format the driver's `import-image` takes; the image builder converts each
+    /// VMImage `url` source to it before the host streams it (libvirt: qcow2, vSphere:
+    /// vmdk, a stream-optimised VMDK as `ImportVApp` uploads take). `source` converts
+    /// nothing: for backends that download the URL themselves (Proxmox VE's `download-url`).
+    #[serde(default)]
+    pub image_format: ImageFormat,
+}
+
+/// A disk image format the image builder converts to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFormat {
+    #[default]
+    Qcow2,
+    Raw,
+    /// Stream-optimised VMDK.
+    Vmdk,
+    /// As downloaded (after the checksum is verified and it is found to be a disk image).
+    Source,
 }
 
 /// Host capabilities a driver asks for; each is further limited to a Provider's own endpoint and secret.

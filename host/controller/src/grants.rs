@@ -140,6 +140,8 @@ pub async fn check_credentials(ctx: &Context, provider: &Provider, grants: &Gran
 /// `(reason, message, retryable)`.
 pub struct Backend {
     pub class: String,
+    /// What the class's driver imports (`spec.imageFormat`).
+    pub image_format: banlieue_api::provider::ImageFormat,
     pub driver: std::sync::Arc<crate::components::LoadedDriver>,
     pub config: ProviderConfig,
     pub grants: Grants,
@@ -164,5 +166,5 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
         .await
         .map_err(|e| (Reason::of_grant(&e), e.to_string(), true))?;
-    Ok(Backend { class: class_name, driver, config, grants })
+    Ok(Backend { class: class_name, image_format: class.spec.image_format, driver, config, grants })
 }

@@ -8,7 +8,7 @@
 //! problem when there is one.
 //!
 //! Once fetched, the image is imported into every Provider whose class the source is for:
-//! converted (qcow2), then the Provider's driver is called with `import-image` and a
+//! converted to the class's `imageFormat`, then the Provider's driver is called with `import-image` and a
 //! transfer grant for the cached file, so the host streams the bytes to the target the
 //! driver names (a volume) and the driver never holds them. `status.providers[]` says
 //! where each import stands; `Ready` is true once every one is.
@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use banlieue_api::class::{ImageImport, ImageSource, ImportPhase, VMImageStatus};
+use banlieue_api::provider::ImageFormat;
 use banlieue_api::{Provider, VMImage, VirtualMachine};
 use banlieue_imagebuilder::{ConvertError, Digest, DiskFormat, FetchError, ImageCache};
 use banlieue_runtime::capability::transfer::TransferGrant;
@@ -277,13 +278,29 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
     let url = src.url.clone().unwrap_or_default();
     let digest = Digest::parse(src.checksum.as_deref().unwrap_or_default()).map_err(|e| (Reason::InvalidSpec, e.to_string(), false))?;
     let entry = cache.get(&digest).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?.ok_or_else(|| (Reason::FetchFailed, format!("{url} is no longer in the image cache"), true))?;
-    // Every built-in driver that imports takes qcow2 (per-class formats come with vSphere's OVF import).
-    let converted = cache.convert(&entry, DiskFormat::Qcow2).await.map_err(|e| (Reason::NotADiskImage, format!("converting {url}: {e}"), false))?;
-    let info = cache.inspect(&converted).await.map_err(|e| (Reason::NotADiskImage, format!("{url}: {e}"), false))?;
     let b = crate::grants::backend(ctx, provider, &image.name_any()).await?;
+    // The virtual size is the source's: qemu-img reports a stream-optimised VMDK's differently.
+    let info = cache.inspect(&entry).await.map_err(|e| (Reason::NotADiskImage, format!("{url}: {e}"), false))?;
+    // Converted once per format (the cache keeps it), to what the class's driver takes.
+    let format = match b.image_format {
+        ImageFormat::Qcow2 => Some(DiskFormat::Qcow2),
+        ImageFormat::Raw => Some(DiskFormat::Raw),
+        ImageFormat::Vmdk => Some(DiskFormat::StreamOptimizedVmdk),
+        ImageFormat::Source => None,
+    };
+    let (converted, format) = match format {
+        Some(f) => (cache.convert(&entry, f).await.map_err(|e| (Reason::NotADiskImage, format!("converting {url}: {e}"), false))?, f.extension().to_string()),
+        None => (entry, info.format.clone()),
+    };
     let file = cache.open_entry(&converted).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?;
     let mut grants = b.grants.clone();
-    grants.transfer = Some(TransferGrant { file: Arc::new(file), digest: digest.to_string(), format: "qcow2".into(), size: converted.size, virtual_size: info.virtual_size });
+    grants.transfer = Some(TransferGrant {
+        file: Arc::new(file),
+        digest: digest.to_string(),
+        format,
+        size: converted.size,
+        virtual_size: info.virtual_size,
+    });
     let request = image_request(image, provider, src);
     let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(|e| call_failure(&e))?;
     let phase = match done.phase {

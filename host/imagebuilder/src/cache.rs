@@ -73,7 +73,8 @@ pub enum DiskFormat {
 }
 
 impl DiskFormat {
-    fn extension(self) -> &'static str {
+    /// Its file extension, which is also how the transfer capability names it.
+    pub fn extension(self) -> &'static str {
         match self {
             DiskFormat::Qcow2 => "qcow2",
             DiskFormat::Raw => "raw",

@@ -443,3 +443,92 @@ async fn create_finishes_a_clone_left_by_an_interrupted_create() {
     let c = pve.vm_config("pve1", 500).await.unwrap();
     assert_eq!((c["cores"].clone(), c["ide2"].clone()), (Value::from("2"), Value::from("local-lvm:cloudinit")), "{c}");
 }
+
+fn image_request(name: &str, digest: &str, storage: &str) -> banlieue_runtime::provider::ImageRequest {
+    banlieue_runtime::provider::ImageRequest {
+        name: name.into(),
+        source: ImageSource::Url(banlieue_runtime::provider::UrlSource { url: "https://images.example/debian-12.qcow2".into(), checksum: Some(digest.into()) }),
+        target: Some(storage.into()),
+    }
+}
+
+/// Every task of `kind` on either node: (node, upid).
+async fn tasks_of(pve: &FakePve, kind: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for node in ["pve1", "pve2"] {
+        for t in pve.tasks(node).await.unwrap().iter().filter(|t| t["type"] == kind) {
+            out.push((node.to_string(), t["upid"].as_str().unwrap_or("").to_string()));
+        }
+    }
+    out
+}
+
+/// What fakepve can prove of an import: PVE was asked to download the image's URL with its
+/// sha256 (fakepve records the request but fetches nothing, so the bytes PVE would receive and
+/// convert are not checked here), a template was made whose disk is imported from that file,
+/// and the downloaded file was removed.
+#[tokio::test]
+async fn an_image_is_downloaded_by_pve_and_becomes_a_template() {
+    let pve = FakePve::start().await.unwrap();
+    let store = SessionStore::new();
+    let d = driver();
+    let cfg = config(&pve.url);
+    let g = grants(&pve, &store).await;
+    let dir = tempfile::tempdir().unwrap();
+    let image = common::image_grant(dir.path(), 16, "qcow2");
+    let request = image_request("debian", &image.digest, "shared-dir");
+    let template = format!("image-debian-{}", &image.digest[7..19]);
+    let vms_before = pve.vms().await.unwrap();
+
+    // Without the host's image (only an import-image call holds one) nothing is asked of PVE.
+    let denied = guest_err(d.import_image(&cfg, &request, limits(), g.clone()).await);
+    assert!(matches!(denied, GuestError::Denied(_)), "{denied:?}");
+    assert!(tasks_of(&pve, "download").await.is_empty());
+
+    let with_image = Grants { transfer: Some(image.clone()), ..g.clone() };
+    let status = d.import_image(&cfg, &request, limits(), with_image.clone()).await.unwrap();
+    assert_eq!(status.phase, banlieue_runtime::provider::ImagePhase::Ready, "{status:?}");
+    assert_eq!(status.reference.as_deref(), Some(template.as_str()));
+    // PVE downloaded the URL (its task says so) …
+    let downloads = tasks_of(&pve, "download").await;
+    assert_eq!(downloads.len(), 1, "{downloads:?}");
+    let log = pve.task_log(&downloads[0].0, &downloads[0].1).await.unwrap().join("\n");
+    assert!(log.contains("https://images.example/debian-12.qcow2") && log.contains(&format!("{template}.qcow2")), "{log}");
+    // … into a template tagged as an image, whose disk is imported from that file on `shared-dir` …
+    let made: Vec<_> = pve.vms().await.unwrap().into_iter().filter(|v| v.name == template).collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].template && made[0].tags.contains("banlieue-image"), "{made:?}");
+    let cfg_of = pve.vm_config(&made[0].node, made[0].vmid).await.unwrap();
+    let scsi0 = cfg_of["scsi0"].as_str().unwrap_or("");
+    assert!(scsi0.starts_with("shared-dir:") && scsi0.contains(&format!("import-from=local:import/{template}.qcow2")), "{cfg_of}");
+    assert!(cfg_of["description"].as_str().unwrap_or("").contains(&image.digest), "{cfg_of}");
+    // … and the downloaded file is gone.
+    for node in ["pve1", "pve2"] {
+        assert!(pve.storage_content(node, "local", Some("import")).await.unwrap().is_empty(), "nothing left on {node}'s import storage");
+    }
+
+    // Importing again finds the template: no second download.
+    d.import_image(&cfg, &request, limits(), with_image.clone()).await.unwrap();
+    assert_eq!(tasks_of(&pve, "download").await.len(), 1);
+
+    // A machine clones from it.
+    let mut m = machine(UID, "from-image");
+    m.image = ImageSource::Template(template.clone());
+    m.disks[0].target = "shared-dir".into();
+    m.failure_domain = made[0].node.clone();
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    assert_eq!(pve.vms_tagged(UID).await.unwrap().len(), 1, "the machine was cloned from the imported template");
+    d.delete(&cfg, &machine_ref(UID, "ns", "from-image"), off(PowerOffMode::Hard, 0), limits(), g.clone()).await.unwrap();
+
+    // delete-image removes the template, and refuses names that are not this image's imports.
+    invalid_spec(d.delete_image(&cfg, &request, "ubuntu-template", limits(), g.clone()).await, "not a template imported");
+    d.delete_image(&cfg, &request, &template, limits(), g.clone()).await.unwrap();
+    assert_eq!(pve.vms().await.unwrap(), vms_before, "nothing of the import is left");
+    d.delete_image(&cfg, &request, &template, limits(), g.clone()).await.unwrap();
+
+    // A format PVE does not import, and a storage no node has, are refused before anything is asked.
+    let vpc = common::image_grant(tempfile::tempdir().unwrap().path(), 16, "vpc");
+    invalid_spec(d.import_image(&cfg, &request, limits(), Grants { transfer: Some(vpc), ..g.clone() }).await, "qcow2, raw or vmdk");
+    invalid_spec(d.import_image(&cfg, &image_request("debian", &image.digest, "no-such-storage"), limits(), with_image).await, "no-such-storage");
+    assert_eq!(tasks_of(&pve, "download").await.len(), 1, "no further download was asked for");
+}

@@ -268,3 +268,69 @@ async fn a_missing_template_is_invalid_and_creates_nothing() {
     assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("no-such-datastore")), "{e}");
     assert_eq!(vc.vm_names().await.unwrap(), before);
 }
+
+fn image_request(name: &str, digest: &str, datastore: &str) -> banlieue_runtime::provider::ImageRequest {
+    banlieue_runtime::provider::ImageRequest {
+        name: name.into(),
+        source: ImageSource::Url(banlieue_runtime::provider::UrlSource { url: "https://images.example/os.img".into(), checksum: Some(digest.into()) }),
+        target: Some(datastore.into()),
+    }
+}
+
+#[tokio::test]
+async fn an_image_becomes_a_template_through_an_nfc_lease_the_host_streams_to() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let d = driver();
+    let cfg = config(&vc);
+    let g = grants(&vc, vcsim::PASSWORD, &store).await;
+    let dir = tempfile::tempdir().unwrap();
+    let image = common::image_grant(dir.path(), 64, "vmdk");
+    let request = image_request("debian", &image.digest, "LocalDS_0");
+    let template = format!("image-debian-{}", &image.digest[7..19]);
+
+    // Without the host's image there is nothing to send, and nothing is made in vCenter.
+    let denied = d.import_image(&cfg, &request, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(denied, CallError::Guest(GuestError::Denied(_))), "{denied:?}");
+    assert_eq!(vc.is_template(&template).await.unwrap(), None);
+
+    // The host streams the VMDK to the lease's upload URL; vcsim receives every byte and the
+    // imported VM is a template.
+    let with_image = Grants { transfer: Some(image.clone()), ..g.clone() };
+    let before = banlieue_runtime::usage::snapshot().transferred_bytes;
+    let status = d.import_image(&cfg, &request, limits(), with_image.clone()).await.unwrap();
+    assert_eq!(status.phase, banlieue_runtime::provider::ImagePhase::Ready, "{status:?}");
+    assert_eq!(status.reference.as_deref(), Some(template.as_str()));
+    assert_eq!(vc.is_template(&template).await.unwrap(), Some(true), "vCenter has the template");
+    let uploads = vc.nfc_uploads().unwrap();
+    assert_eq!(uploads.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![image.size], "vcsim received the whole VMDK once: {uploads:?}");
+    assert!(banlieue_runtime::usage::snapshot().transferred_bytes - before >= image.size);
+
+    // Importing again finds the template: no second upload.
+    d.import_image(&cfg, &request, limits(), with_image.clone()).await.unwrap();
+    assert_eq!(vc.nfc_uploads().unwrap().len(), 1);
+
+    // A machine clones from it.
+    d.create(&cfg, &machine(&template), limits(), g.clone()).await.unwrap();
+    assert!(vc.find_vm(UID).await.unwrap().is_some(), "the machine was cloned from the imported template");
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
+
+    // delete-image removes it from vCenter, and only names of this image's imports.
+    let wrong = d.delete_image(&cfg, &request, vcsim::TEMPLATE, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(wrong, CallError::Guest(GuestError::InvalidSpec(_))), "{wrong:?}");
+    assert_eq!(vc.is_template(vcsim::TEMPLATE).await.unwrap(), Some(true));
+    d.delete_image(&cfg, &request, &template, limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.is_template(&template).await.unwrap(), None, "the template is gone");
+    d.delete_image(&cfg, &request, &template, limits(), g.clone()).await.unwrap();
+
+    // An image in a format vSphere does not take is refused before anything is made.
+    let qcow2 = common::image_grant(tempfile::tempdir().unwrap().path(), 16, "qcow2");
+    let request = image_request("other", &qcow2.digest, "LocalDS_0");
+    let refused = d.import_image(&cfg, &request, limits(), Grants { transfer: Some(qcow2), ..g.clone() }).await.unwrap_err();
+    assert!(matches!(refused, CallError::Guest(GuestError::InvalidSpec(ref m)) if m.contains("imageFormat")), "{refused:?}");
+    // A datastore vCenter does not have, likewise.
+    let request = image_request("debian", &image.digest, "no-such-datastore");
+    let refused = d.import_image(&cfg, &request, limits(), with_image).await.unwrap_err();
+    assert!(matches!(refused, CallError::Guest(GuestError::InvalidSpec(_))), "{refused:?}");
+    assert_eq!(vc.nfc_uploads().unwrap().len(), 1, "nothing more was uploaded");
+}

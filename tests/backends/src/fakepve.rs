@@ -204,6 +204,8 @@ impl FakePve {
         pve.api("POST", "/storage", &[("storage", "pve2-only"), ("type", "dir"), ("path", "/mnt/pve/pve2-only"), ("content", "images"), ("nodes", "pve2")])
             .await
             .context("adding storage pve2-only")?;
+        // `local` also takes `import` content (PVE 8.4+), where images are downloaded to.
+        pve.api("PUT", "/storage/local", &[("content", "iso,vztmpl,backup,import")]).await.context("letting storage local hold import content")?;
         Ok(pve)
     }
 
@@ -298,6 +300,19 @@ impl FakePve {
         self.api("GET", &format!("/nodes/{node}/qemu/{vmid}/status/current"), &[]).await
     }
 
+    /// What a task logged, one line per entry.
+    pub async fn task_log(&self, node: &str, upid: &str) -> Result<Vec<String>> {
+        let data = self.api("GET", &format!("/nodes/{node}/tasks/{}/log", enc(upid)), &[("limit", "1000")]).await?;
+        Ok(data.as_array().into_iter().flatten().map(|l| l["t"].as_str().unwrap_or("").to_string()).collect())
+    }
+
+    /// The volumes of a node's storage (`GET …/storage/{storage}/content`), optionally of one content type.
+    pub async fn storage_content(&self, node: &str, storage: &str, content: Option<&str>) -> Result<Vec<Value>> {
+        let params: Vec<(&str, &str)> = content.map(|c| vec![("content", c)]).unwrap_or_default();
+        let data = self.api("GET", &format!("/nodes/{node}/storage/{storage}/content"), &params).await?;
+        Ok(data.as_array().cloned().unwrap_or_default())
+    }
+
     /// Tasks of a node, newest first (type, id, status).
     pub async fn tasks(&self, node: &str) -> Result<Vec<Value>> {
         let data = self.api("GET", &format!("/nodes/{node}/tasks"), &[("limit", "500")]).await?;
@@ -306,12 +321,14 @@ impl FakePve {
 }
 
 /// A form or query string (every byte but unreserved ones percent-encoded).
+/// Every byte but unreserved ones percent-encoded.
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
 fn form(params: &[(&str, &str)]) -> String {
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-            .collect::<String>()
-    };
     params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
 

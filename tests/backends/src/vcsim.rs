@@ -29,6 +29,8 @@ pub struct Vcsim {
     child: Option<ChildGuard>,
     http: reqwest::Client,
     cookie: String,
+    /// vcsim's stderr: its log, where NFC uploads say how many bytes they received.
+    log: tempfile::NamedTempFile,
 }
 
 fn repo_root() -> PathBuf {
@@ -82,11 +84,12 @@ impl Vcsim {
     pub async fn start() -> anyhow::Result<Vcsim> {
         let bin = binary()?;
         let port = free_port();
+        let log = tempfile::NamedTempFile::new().context("vcsim log file")?;
         let mut child = Command::new(&bin)
             .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log.reopen().context("vcsim log file")?)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
@@ -105,9 +108,34 @@ impl Vcsim {
             .strip_prefix("vcsim listening on ")
             .ok_or_else(|| anyhow!("vcsim exited or printed {line:?} instead of its URL"))?
             .to_string();
-        let mut vcsim = Vcsim { url, child: Some(guard), http: http_client(), cookie: String::new() };
+        let mut vcsim = Vcsim { url, child: Some(guard), http: http_client(), cookie: String::new(), log };
         vcsim.cookie = vcsim.login(USERNAME, PASSWORD).await?;
         Ok(vcsim)
+    }
+
+    /// Bytes vcsim's NFC handler received per uploaded file, from its log
+    /// (`nfc POST <file>: transferred <n> bytes`): (file name, bytes).
+    pub fn nfc_uploads(&self) -> anyhow::Result<Vec<(String, u64)>> {
+        let log = std::fs::read_to_string(self.log.path()).context("reading vcsim's log")?;
+        Ok(log
+            .lines()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("nfc POST ").or_else(|| l.split_once("nfc PUT "))?;
+                let (file, n) = rest.split_once(": transferred ")?;
+                let n = n.strip_suffix(" bytes")?.parse().ok()?;
+                Some((file.rsplit('/').next().unwrap_or(file).to_string(), n))
+            })
+            .collect())
+    }
+
+    /// Whether the VM `name` exists and is a template: `None` if there is no such VM.
+    pub async fn is_template(&self, name: &str) -> anyhow::Result<Option<bool>> {
+        let body = format!(
+            "<FindByInventoryPath xmlns=\"urn:vim25\"><_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>DC0/vm/{}</inventoryPath></FindByInventoryPath>",
+            esc(name)
+        );
+        let Some(vm) = texts(&self.call(&body).await?, "returnval")?.into_iter().next() else { return Ok(None) };
+        Ok(Some(self.vm_property(&vm, "config.template").await?.as_deref() == Some("true")))
     }
 
     /// Kill vcsim now (for "backend down"); its port is closed afterwards.

@@ -201,25 +201,11 @@ impl HttpGrant {
             .map_err(|_| WitError::InvalidSpec(format!("invalid HTTP method {:?}", req.method)))?;
         let timeout = req.timeout_ms.map(|ms| Duration::from_millis(ms.into())).unwrap_or(self.max_request_time).min(self.max_request_time);
         let _permit = self.concurrency.acquire().await.map_err(|_| WitError::Unavailable("HTTP capability closed".into()))?;
-        let client = self.client(addr)?;
-        crate::usage::http_request();
-        let mut rb = client.request(method, url).timeout(timeout);
-        for (k, v) in &req.headers {
-            if k.eq_ignore_ascii_case("host") {
-                continue; // the URL decides the host
-            }
-            rb = rb.header(k, v);
-        }
+        let mut rb = self.request(method, url, addr, &req.headers, timeout)?;
         if let Some(body) = req.body {
             rb = rb.body(body);
         }
-        let resp = rb.send().await.map_err(|e| {
-            if e.is_timeout() {
-                WitError::Unavailable(format!("{} did not answer within {timeout:?}", self.host))
-            } else {
-                WitError::Unavailable(format!("request to {} failed: {e}", self.host))
-            }
-        })?;
+        let resp = rb.send().await.map_err(|e| self.send_error(e, timeout))?;
         let status = resp.status().as_u16();
         let headers = resp
             .headers()
@@ -247,6 +233,54 @@ impl HttpGrant {
             Err(_) => return Err(WitError::Unavailable(format!("{} did not finish the response within {timeout:?}", self.host))),
         }
         Ok(Response { status, headers, body })
+    }
+
+    /// A request to a checked URL and address, with the guest's headers (never `Host`).
+    fn request(&self, method: reqwest::Method, url: url::Url, addr: SocketAddr, headers: &[(String, String)], timeout: Duration) -> Result<reqwest::RequestBuilder, WitError> {
+        let client = self.client(addr)?;
+        crate::usage::http_request();
+        let mut rb = client.request(method, url).timeout(timeout);
+        for (k, v) in headers {
+            if k.eq_ignore_ascii_case("host") || k.eq_ignore_ascii_case("content-length") {
+                continue; // the URL decides the host, the body its length
+            }
+            rb = rb.header(k, v);
+        }
+        Ok(rb)
+    }
+
+    fn send_error(&self, e: reqwest::Error, timeout: Duration) -> WitError {
+        if e.is_timeout() {
+            WitError::Unavailable(format!("{} did not answer within {timeout:?}", self.host))
+        } else {
+            WitError::Unavailable(format!("request to {} failed: {e}", self.host))
+        }
+    }
+
+    /// Stream `len` bytes as the body of one PUT or POST to `raw`, checked like [`send`](Self::send)
+    /// (the transfer capability's way out). The time limit grows with the size (4 MiB/s at
+    /// least, on top of the grant's request time); the response body is read and dropped.
+    pub async fn upload(&self, method: &str, raw: &str, headers: &[(String, String)], body: reqwest::Body, len: u64) -> Result<u16, WitError> {
+        let (url, addr) = self.check(raw).await?;
+        let method = match method {
+            "PUT" => reqwest::Method::PUT,
+            "POST" => reqwest::Method::POST,
+            other => return Err(WitError::InvalidSpec(format!("an image is sent with PUT or POST, not {other:?}"))),
+        };
+        let timeout = self.max_request_time + Duration::from_secs(len / (4 << 20));
+        let _permit = self.concurrency.acquire().await.map_err(|_| WitError::Unavailable("HTTP capability closed".into()))?;
+        let rb = self.request(method, url, addr, headers, timeout)?.header(reqwest::header::CONTENT_LENGTH, len).body(body);
+        let resp = rb.send().await.map_err(|e| self.send_error(e, timeout))?;
+        let status = resp.status().as_u16();
+        let mut stream = resp.bytes_stream();
+        let mut read = 0usize;
+        while let Some(chunk) = stream.next().await {
+            read += chunk.map_err(|e| WitError::Unavailable(format!("reading the upload's response: {e}")))?.len();
+            if read > self.max_response_bytes {
+                break;
+            }
+        }
+        Ok(status)
     }
 }
 
