@@ -193,3 +193,121 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     assert_eq!(cp.permissions_complete(), Ok(()));
     Ok(())
 }
+
+/// One VMImage with a `url` source for a vSphere class and a Proxmox VE class: the image
+/// builder converts it per class (`imageFormat` vmdk / source) and each driver imports it
+/// as a template — on vcsim through an `ImportVApp` lease the host streams the VMDK to, on
+/// fakepve through `download-url` + `import-from` — then a VM on each clones from it, and
+/// deleting the VMImage removes both templates. Checked on vcsim's and fakepve's own APIs.
+#[tokio::test]
+async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_from_it() -> anyhow::Result<()> {
+    use banlieue_api::class::ImportPhase;
+    use banlieue_api::VirtualMachine;
+    use banlieue_test_backends::fakepve::FakePve;
+    use banlieue_test_backends::vcsim::{self, Vcsim};
+    use base64::Engine;
+
+    let env = TestEnv::start("image-templates").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
+    let cp = ControlPlane::start_as_installed(&env).await?;
+    let ns = env.ns.clone();
+    let disk = qcow2(env.dir(), 64)?;
+    let sum = checksum(&disk);
+    let server = FileServer::start(BTreeMap::from([("/os.qcow2".to_string(), Answer::Bytes(disk.clone()))])).await?;
+    let url = server.url("/os.qcow2");
+    let (vsphere, proxmox, image, small) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-os"), format!("{ns}-small"));
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let class = |name: &str, component: &str, kind: &str, format: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+               "spec": {"component": {"source": format!("builtin:{component}")}, "infrastructureKind": kind,
+                        "capabilities": {"http": true, "secrets": true}, "imageFormat": format}})
+    };
+    for object in [
+        class(&vsphere, "provider-vsphere", "VSphere", "vmdk"),
+        class(&proxmox, "provider-proxmox", "Proxmox", "source"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vcenter", "namespace": ns},
+               "data": {"username": b64(vcsim::USERNAME), "password": b64(vcsim::PASSWORD)}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve", "namespace": ns},
+               "data": {"username": b64(&pve.username), "password": b64(&pve.password)}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter", "namespace": ns},
+               "spec": {"providerClassRef": {"name": vsphere},
+                        "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "LocalDS_0"}, "networkClasses": {"default": "VM Network"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "pve", "namespace": ns},
+               "spec": {"providerClassRef": {"name": proxmox},
+                        "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem, "credentialsRef": {"kind": "Secret", "name": "pve", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"sources": [{"providerClass": vsphere, "url": url, "checksum": sum}, {"providerClass": proxmox, "url": url, "checksum": sum}]}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+
+    // Ready on both Providers, each reference the template the driver made.
+    let images: Api<VMImage> = Api::all(env.client.clone());
+    let ready = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let imported = wait_for(&images, &image, 120, "Ready (imported on both)", ready).await?;
+    let mut imports = imported.status.as_ref().map(|s| s.providers.clone()).unwrap_or_default();
+    imports.sort_by(|a, b| a.provider.cmp(&b.provider));
+    let template = format!("image-{image}-{}", &sum[7..19]);
+    let seen: Vec<(String, ImportPhase, Option<String>)> = imports.iter().map(|i| (i.provider.clone(), i.phase, i.reference.clone())).collect();
+    assert_eq!(seen, vec![(format!("{ns}/pve"), ImportPhase::Ready, Some(template.clone())), (format!("{ns}/vcenter"), ImportPhase::Ready, Some(template.clone()))]);
+
+    // vcsim: the template exists, and its NFC handler received one stream-optimised VMDK of the
+    // image (what qemu-img makes of it), sent by the host.
+    assert_eq!(vc.is_template(&template).await?, Some(true));
+    let vmdk = env.dir().join("expected.vmdk");
+    let served = env.dir().join("served.qcow2");
+    let out = std::process::Command::new("qemu-img").args(["convert", "-O", "vmdk", "-o", "subformat=streamOptimized"]).arg(&served).arg(&vmdk).output()?;
+    anyhow::ensure!(out.status.success(), "qemu-img convert: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(vc.nfc_uploads()?.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![std::fs::metadata(&vmdk)?.len()]);
+    // fakepve: asked to download the URL, a template whose disk is imported from that file,
+    // and the file removed again (fakepve does not fetch URLs: the bytes are not checked here).
+    let templates: Vec<_> = pve.vms().await?.into_iter().filter(|v| v.name == template).collect();
+    assert!(templates.len() == 1 && templates[0].template, "{templates:?}");
+    let config = pve.vm_config(&templates[0].node, templates[0].vmid).await?;
+    assert!(config["scsi0"].as_str().unwrap_or("").contains(&format!("import-from=local:import/{template}.qcow2")), "{config}");
+    let mut downloads = Vec::new();
+    for node in ["pve1", "pve2"] {
+        for t in pve.tasks(node).await?.into_iter().filter(|t| t["type"] == "download") {
+            downloads.push(pve.task_log(node, t["upid"].as_str().unwrap_or("")).await?.join("\n"));
+        }
+        assert!(pve.storage_content(node, "local", Some("import")).await?.is_empty(), "no downloaded file left on {node}");
+    }
+    assert!(downloads.len() == 1 && downloads[0].contains(&url), "{downloads:?}");
+
+    // A VM on each Provider clones from the imported template.
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": small},
+           "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
+                    "nics": [{"name": "eth0", "networkClass": "default"}]}})).await?;
+    for provider in ["vcenter", "pve"] {
+        apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("on-{provider}"), "namespace": ns},
+               "spec": {"classRef": {"name": small}, "imageRef": {"name": image}, "placement": {"providerRef": {"name": provider}}}})).await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
+    let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    for provider in ["vcenter", "pve"] {
+        wait_for(&vms, &format!("on-{provider}"), 120, "Ready", vm_ready).await?;
+    }
+    assert!(vc.vm_names().await?.contains(&format!("{ns}_on-vcenter")), "vcsim has the clone");
+    assert!(pve.vms().await?.iter().any(|v| v.name == format!("on-pve.{ns}") && !v.template), "fakepve has the clone");
+
+    // Deleting the VMImage waits for the VMs, then removes both templates.
+    images.delete(&image, &DeleteParams::default()).await?;
+    let in_use = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InUse"));
+    wait_for(&images, &image, 60, "Ready=False/InUse", in_use).await?;
+    assert_eq!(vc.is_template(&template).await?, Some(true), "nothing removed while in use");
+    for provider in ["vcenter", "pve"] {
+        vms.delete(&format!("on-{provider}"), &DeleteParams::default()).await?;
+    }
+    for provider in ["vcenter", "pve"] {
+        banlieue_tests::await_deleted(&vms, &format!("on-{provider}")).await?;
+    }
+    banlieue_tests::await_deleted(&images, &image).await?;
+    assert_eq!(vc.is_template(&template).await?, None, "the template is gone from vCenter");
+    assert!(!pve.vms().await?.iter().any(|v| v.name == template), "the template is gone from Proxmox VE");
+    assert_eq!(cp.permissions_complete(), Ok(()));
+    Ok(())
+}
