@@ -12,6 +12,7 @@ use banlieue_tests::control::{apply, wait_for, ControlPlane};
 use banlieue_tests::files::{Answer, FileServer};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams};
+use kube::ResourceExt as _;
 use serde_json::json;
 use sha2::Digest as _;
 
@@ -308,6 +309,155 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_fro
     banlieue_tests::await_deleted(&images, &image).await?;
     assert_eq!(vc.is_template(&template).await?, None, "the template is gone from vCenter");
     assert!(!pve.vms().await?.iter().any(|v| v.name == template), "the template is gone from Proxmox VE");
+    assert_eq!(cp.permissions_complete(), Ok(()));
+    Ok(())
+}
+
+/// A VMImage built by kairos-operator, whose part the test plays as its API documents it:
+/// the image builder creates the OSArtifact (owned by the VMImage, with banlieue's exporter
+/// Job), the test moves its phase through Building and Exporting, acts as the exporter by
+/// pushing a real bootable disk (`.raw`, as kairos builds them) to the registry reference
+/// the Job names, then sets Ready; the image builder resolves the pushed layer, fetches and
+/// verifies it, imports it into libvirtd, and a VM boots from it. A build that ends in
+/// Error says why; deleting the VMImage removes its OSArtifact and its import.
+#[tokio::test]
+async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<()> {
+    use banlieue_api::VirtualMachine;
+    use banlieue_test_backends::libvirtd::Libvirtd;
+    use banlieue_test_backends::registry::Registry;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+
+    let env = TestEnv::start("image-build").await?;
+    env.install_crds().await?;
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("images/osartifact-crd.yaml");
+    env.kubectl(&["apply", "--server-side", "-f", &crd.to_string_lossy()]).await?;
+    let registry = Registry::start().await?;
+    let lv = Libvirtd::shared()?;
+    let repository = "banlieue/images";
+    let build_registry = format!("{}/{repository}", registry.host);
+    let cp = ControlPlane::start_as_installed_with(&env, |o| {
+        o.image_build = Some(banlieue_controller::ImageBuildOptions { registry: build_registry.clone(), exporter_image: "oras:test".into() })
+    })
+    .await?;
+    let ns = env.ns.clone();
+    let (class, image, broken) = (format!("{ns}-lv"), format!("{ns}-kairos"), format!("{ns}-broken"));
+    let build = json!({"osArtifact": {"image": {"ref": "quay.io/kairos/ubuntu:24.04-core-amd64-generic-v3.5.0"},
+                                      "artifacts": {"arch": "amd64", "cloudImage": true, "diskSize": "4096"}}});
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
+               "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
+                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+               "spec": {"build": build, "sources": [{"providerClass": class}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": broken},
+               "spec": {"build": build, "sources": [{"providerClass": class}]}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+
+    // The OSArtifact, as kairos-operator would find it.
+    let gvk = GroupVersionKind::gvk("build.kairos.io", "v1alpha2", "OSArtifact");
+    let artifacts: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), banlieue_tests::SYSTEM_NAMESPACE, &ApiResource::from_gvk_with_plural(&gvk, "osartifacts"));
+    let name = format!("{image}-1");
+    let artifact = match wait_for(&artifacts, &name, 60, "the OSArtifact", |a: Option<&DynamicObject>| a.is_some()).await {
+        Ok(a) => a,
+        Err(e) => anyhow::bail!("{e}; the VMImage: {:?}", Api::<VMImage>::all(env.client.clone()).get(&image).await?.status),
+    };
+    let owner = &artifact.metadata.owner_references.clone().unwrap_or_default();
+    assert!(owner.iter().any(|o| o.kind == "VMImage" && o.name == image), "{owner:?}");
+    assert_eq!(artifact.data["spec"]["image"]["ref"], "quay.io/kairos/ubuntu:24.04-core-amd64-generic-v3.5.0");
+    assert_eq!(artifact.data["spec"]["artifacts"]["cloudImage"], true);
+    let job = &artifact.data["spec"]["exporters"][0]["template"]["spec"]["containers"][0];
+    let reference = job["env"].as_array().into_iter().flatten().find(|e| e["name"] == "BANLIEUE_IMAGE_REF").map(|e| e["value"].as_str().unwrap_or("").to_string());
+    let tag = format!("{name}");
+    assert_eq!(reference.as_deref(), Some(format!("{}/{repository}:{tag}", registry.host).as_str()), "{job}");
+    assert_eq!(job["volumeMounts"][0]["mountPath"], "/artifacts", "{job}");
+
+    let images: Api<VMImage> = Api::all(env.client.clone());
+    let built = |status: &'static str, reason: &'static str| {
+        move |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Built" && c.status == status && c.reason == reason))
+    };
+    let set_phase = |name: String, phase: &'static str, message: &'static str| {
+        let artifacts = artifacts.clone();
+        async move {
+            let patch = json!({"status": {"phase": phase, "message": message}});
+            artifacts.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
+        }
+    };
+    // The operator builds, then its exporter runs: the VMImage follows.
+    set_phase(name.clone(), "Building", "building the disk").await?;
+    let building = |i: Option<&VMImage>| {
+        i.and_then(|i| i.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Built" && c.reason == "Building" && c.message.contains("is Building: building the disk")))
+    };
+    wait_for(&images, &image, 60, "Built=False/Building with the operator's message", building).await?;
+    set_phase(name.clone(), "Exporting", "").await?;
+    wait_for(&images, &image, 60, "phase Exporting", |i: Option<&VMImage>| {
+        i.and_then(|i| i.status.as_ref()).and_then(|s| s.build.as_ref()).is_some_and(|b| b.phase == "Exporting")
+    })
+    .await?;
+    // The exporter's work: the built disk (the bootable test guest, as raw) pushed where the Job says.
+    let raw = env.dir().join(format!("{name}.raw"));
+    let out = std::process::Command::new("qemu-img").args(["convert", "-O", "raw", &lv.guest_disk()]).arg(&raw).output()?;
+    anyhow::ensure!(out.status.success(), "qemu-img convert: {}", String::from_utf8_lossy(&out.stderr));
+    let disk = std::fs::read(&raw)?;
+    registry.push_artifact(repository, &tag, "application/vnd.banlieue.disk.v1", "application/vnd.banlieue.disk.layer.v1", disk.clone()).await?;
+    set_phase(name.clone(), "Ready", "").await?;
+
+    // Built, fetched, imported: the checksum is the pushed layer's, and libvirtd holds the disk.
+    let ready = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let imported = wait_for(&images, &image, 120, "Ready (built and imported)", ready).await?;
+    let st = imported.status.clone().unwrap_or_default();
+    let b = st.build.clone().unwrap_or_default();
+    assert_eq!(b.checksum.as_deref(), Some(checksum(&disk).as_str()), "{b:?}");
+    assert_eq!(b.url.as_deref(), Some(format!("http://{}/v2/{repository}/blobs/{}", registry.host, checksum(&disk)).as_str()));
+    assert!(st.conditions.iter().any(|c| c.type_ == "Built" && c.status == "True"), "{st:?}");
+    let volume = format!("image@{image}@{}", &checksum(&disk)[7..19]);
+    let path = lv.virsh(&["vol-path", "--pool", &lv.pool, &volume])?.trim().to_string();
+    assert_eq!(st.providers.first().and_then(|p| p.reference.as_deref()), Some(path.as_str()));
+
+    // A VM boots from the built image.
+    let user_data = { use base64::Engine; base64::engine::general_purpose::STANDARD.encode("#cloud-config\n#banlieue-marker: booted-from-built-image\n") };
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 2, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "node-user-data", "namespace": ns}, "data": {"user-data": user_data}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "node", "namespace": ns},
+               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
+                        "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": "node-user-data", "key": "user-data"}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
+    let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    wait_for(&vms, "node", 180, "Ready", vm_ready).await?;
+    let domain = format!("{ns}_node");
+    banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || {
+        let log = lv.serial_log(&domain);
+        Ok(log.contains("banlieue-guest: marker=booted-from-built-image").then_some(()))
+    })
+    .await?;
+
+    // A build that fails says why, and nothing is imported.
+    wait_for(&artifacts, &format!("{broken}-1"), 60, "the second OSArtifact", |a: Option<&DynamicObject>| a.is_some()).await?;
+    set_phase(format!("{broken}-1"), "Error", "mkfs failed: no space left on device").await?;
+    let failed = wait_for(&images, &broken, 60, "Built=False/BuildFailed", built("False", "BuildFailed")).await?;
+    let st = failed.status.clone().unwrap_or_default();
+    assert!(st.conditions.iter().any(|c| c.type_ == "Built" && c.message.contains("no space left on device")), "{st:?}");
+    assert!(st.providers.is_empty(), "{st:?}");
+
+    // Deleting: the VM first, then the VMImages take their OSArtifacts and import with them.
+    vms.delete("node", &DeleteParams::default()).await?;
+    banlieue_tests::await_deleted(&vms, "node").await?;
+    for i in [&image, &broken] {
+        images.delete(i, &DeleteParams::default()).await?;
+        banlieue_tests::await_deleted(&images, i).await?;
+    }
+    assert!(artifacts.list(&Default::default()).await?.items.iter().all(|a| !a.name_any().starts_with(&ns)), "the OSArtifacts are gone");
+    assert!(lv.volumes(&format!("image@{image}@"))?.is_empty(), "the imported volume is gone");
     assert_eq!(cp.permissions_complete(), Ok(()));
     Ok(())
 }

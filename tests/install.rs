@@ -255,6 +255,13 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         ("provider", "get", "cluster.x-k8s.io", "clusters"),
         ("provider", "list", "cluster.x-k8s.io", "clusters"),
         ("provider", "watch", "cluster.x-k8s.io", "clusters"),
+        // VMImage builds: kairos-operator's OSArtifacts (the images suite's build test, which
+        // installs their CRD and runs the roles as these ServiceAccounts too).
+        ("imagebuilder", "list", "build.kairos.io", "osartifacts"),
+        ("imagebuilder", "watch", "build.kairos.io", "osartifacts"),
+        ("imagebuilder", "create", "build.kairos.io", "osartifacts"),
+        ("imagebuilder", "patch", "build.kairos.io", "osartifacts"),
+        ("imagebuilder", "delete", "build.kairos.io", "osartifacts"),
         // VMImages with url sources (the images suite, which runs the roles as these
         // ServiceAccounts too).
         ("imagebuilder", "patch", "banlieue.io", "vmimages/status"),

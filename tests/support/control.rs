@@ -91,13 +91,18 @@ impl ControlPlane {
     /// with only `deploy/base/rbac.yaml` (applied here, with namespace `banlieue-system`); on an
     /// external cluster all in this process, scoped to the test's namespace.
     pub async fn start_as_installed(env: &TestEnv) -> anyhow::Result<ControlPlane> {
+        Self::start_as_installed_with(env, |_| {}).await
+    }
+
+    /// The same, with every role's options adjusted by `adjust`.
+    pub async fn start_as_installed_with(env: &TestEnv, adjust: impl Fn(&mut Options)) -> anyhow::Result<ControlPlane> {
         if env.embedded().is_none() {
-            return Self::start(env);
+            return Self::start_with(env, adjust);
         }
         env.create_namespace(crate::SYSTEM_NAMESPACE).await?;
         let rbac = repo_root().join("deploy/base/rbac.yaml");
         env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
-        Self::start_as_service_accounts(env).await
+        Self::start_as_service_accounts_with(env, |_, o| adjust(o)).await
     }
 
     /// Whether every role found all its permissions (always true in one process).

@@ -191,19 +191,72 @@ pub struct ImageSource {
     pub checksum: Option<String>,
 }
 
-/// An image built by kairos-operator's `OSArtifact`.
+/// An image built by kairos-operator's `OSArtifact`. The image builder creates the
+/// OSArtifact (this spec, plus an exporter that pushes the built disk to the registry the
+/// operator configured), waits for it, and imports the result into every Provider of the
+/// classes whose source names no location.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageBuild {
-    /// The `build.kairos.io/v1alpha2` OSArtifact spec, passed through.
+    /// The `build.kairos.io/v1alpha2` OSArtifact spec (`image`, `artifacts`, …), passed
+    /// through; `exporters` are banlieue's.
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub os_artifact: BTreeMap<String, serde_json::Value>,
+}
+
+/// Where a build stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildStatus {
+    /// `namespace/name` of the OSArtifact.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub os_artifact: String,
+    /// The OSArtifact's phase: Pending, Building, Exporting, Ready, Error.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// The pushed artifact, pinned (`registry/repository@sha256:…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
+    /// Where the built disk is fetched from (the registry's blob URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `sha256:<hex>` of the built disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// For which `spec.build` generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl ImageSource {
+    /// Names none of the locations: the source is the VMImage's build.
+    pub fn is_built(&self) -> bool {
+        self.template.is_none() && self.backing_file.is_none() && self.url.is_none()
+    }
+}
+
+impl VMImage {
+    /// The source for `provider_class`, with a built source made the `url` and `checksum`
+    /// the build produced (unchanged while the build has not produced anything).
+    pub fn source_for(&self, provider_class: &str) -> Option<ImageSource> {
+        let mut src = self.spec.sources.iter().find(|s| s.provider_class == provider_class)?.clone();
+        if src.is_built() && self.spec.build.is_some() {
+            if let Some(b) = self.status.as_ref().and_then(|s| s.build.as_ref()).filter(|b| b.url.is_some()) {
+                src.url = b.url.clone();
+                src.checksum = b.checksum.clone();
+            }
+        }
+        Some(src)
+    }
 }
 
 /// Observed state of a VMImage.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VMImageStatus {
+    /// The kairos-operator build, when `spec.build` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildStatus>,
     /// The image on each Provider its `url` sources apply to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["provider"]))]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use banlieue_api::provider::RequestedCapabilities;
-use banlieue_controller::{Context, ImageCacheOptions, Options, Roles, VaultAccess};
+use banlieue_controller::{Context, ImageBuildOptions, ImageCacheOptions, Options, Roles, VaultAccess};
 
 #[derive(clap::Args, Clone)]
 pub struct RoleArgs {
@@ -43,6 +43,12 @@ pub struct RoleArgs {
     /// URL schemes a VMImage source may be downloaded over (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "https")]
     pub image_url_schemes: Vec<String>,
+    /// `REGISTRY/REPOSITORY` VMImage builds are exported to (none: VMImages with `build` are refused).
+    #[arg(long, env = "BANLIEUE_IMAGE_BUILD_REGISTRY")]
+    pub image_build_registry: Option<String>,
+    /// The exporter Job's image (needs `sh` and `oras`).
+    #[arg(long, default_value = "ghcr.io/oras-project/oras:v1.2.0")]
+    pub image_build_exporter_image: String,
 }
 
 impl RoleArgs {
@@ -76,6 +82,10 @@ impl RoleArgs {
                 limit_bytes: self.image_cache_gib.saturating_mul(1 << 30),
                 schemes: self.image_url_schemes.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             }),
+            image_build: self
+                .image_build_registry
+                .clone()
+                .map(|registry| ImageBuildOptions { registry, exporter_image: self.image_build_exporter_image.clone() }),
             ..Options::default()
         })
     }

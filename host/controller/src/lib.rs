@@ -99,6 +99,8 @@ pub struct Options {
     pub concurrency: u16,
     /// The image cache of the `imagebuilder` role (none: the role cannot run).
     pub image_cache: Option<ImageCacheOptions>,
+    /// Where the `imagebuilder` role has VMImage builds pushed (none: builds are refused).
+    pub image_build: Option<ImageBuildOptions>,
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
 }
@@ -117,6 +119,7 @@ impl Default for Options {
             concurrency: 32,
             namespace: None,
             image_cache: None,
+            image_build: None,
         }
     }
 }
@@ -128,6 +131,15 @@ pub struct ImageCacheOptions {
     pub limit_bytes: u64,
     /// URL schemes a VMImage source may use (`https`; `http` only where the network is trusted).
     pub schemes: Vec<String>,
+}
+
+/// Where VMImage builds (kairos-operator `OSArtifact`s) are exported to.
+#[derive(Clone, Debug)]
+pub struct ImageBuildOptions {
+    /// `REGISTRY/REPOSITORY` the exporter pushes each built disk to (tag `<vmimage>-<generation>`).
+    pub registry: String,
+    /// The exporter's container image: it must have `sh` and `oras`.
+    pub exporter_image: String,
 }
 
 fn hostname() -> String {

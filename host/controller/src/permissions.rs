@@ -120,10 +120,15 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
 /// The rules a role needs in banlieue's own namespace: its Lease, and only its Lease
 /// (`create` cannot be limited by name in RBAC).
 pub fn namespace_rules(role: Role) -> Vec<Rule> {
-    vec![
+    let mut rules = vec![
         rule("coordination.k8s.io", &["leases"], &["create"]),
         Rule { names: vec![role.lease()], ..rule("coordination.k8s.io", &["leases"], &["get", "update"]) },
-    ]
+    ];
+    if role == Role::ImageBuilder {
+        // VMImage builds: kairos-operator OSArtifacts, made in banlieue's namespace only.
+        rules.push(rule("build.kairos.io", &["osartifacts"], &["list", "watch", "create", "patch", "delete"]));
+    }
+    rules
 }
 
 /// A permission the API server denied the role, as `verb group/resource` (for logs and `/readyz`).

@@ -56,6 +56,7 @@ reasons! {
     ForbiddenImport, CPUBudgetExceeded, MemoryLimitExceeded, Trapped, Busy,
     // Images.
     Fetched, URLNotAllowed, ChecksumMismatch, ImageTooLarge, NotADiskImage, Imported, ImportFailed, NoProvider, InUse,
+    Built, Building, BuildFailed, BuildNotConfigured,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

@@ -35,11 +35,11 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
     let c = &class.spec;
     let caps = &provider.spec.capabilities;
     let source = image
-        .spec
-        .sources
-        .iter()
-        .find(|s| s.provider_class == provider_class)
+        .source_for(provider_class)
         .ok_or_else(|| (Reason::NoImageSource, format!("VMImage {:?} has no source for class {provider_class:?}", image.name_any()), false))?;
+    if source.is_built() {
+        return Err((Reason::ImageNotReady, format!("VMImage {:?} is not built yet", image.name_any()), true));
+    }
     let mut image_map = BTreeMap::new();
     match &source.url {
         // A URL is imported by the imagebuilder; machines boot from what it imported.

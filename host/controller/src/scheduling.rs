@@ -165,8 +165,8 @@ pub fn candidates(
 /// imagebuilder imports into each Provider of the class, and a VM placed before its Provider
 /// has the image waits with `ImageNotReady`.
 pub fn prefer_imported(candidates: Vec<Candidate>, image: &banlieue_api::VMImage) -> Vec<Candidate> {
-    let usable = |c: &Candidate| match image.spec.sources.iter().find(|s| s.provider_class == c.provider_class) {
-        Some(src) if src.url.is_some() => crate::resolve::imported(image, &c.provider, src.checksum.as_deref()).is_ok(),
+    let usable = |c: &Candidate| match image.source_for(&c.provider_class) {
+        Some(src) if src.url.is_some() || src.is_built() => crate::resolve::imported(image, &c.provider, src.checksum.as_deref()).is_ok(),
         _ => true,
     };
     if candidates.iter().any(usable) {

@@ -161,6 +161,42 @@ pub async fn pull_verified(
     Ok(Verified { digest, bytes })
 }
 
+/// A disk image pushed as a one-layer OCI artifact (by banlieue's image-build exporter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskArtifact {
+    /// The reference pinned to the manifest digest.
+    pub pinned: Reference,
+    /// The layer's digest (`sha256:…`): the disk's checksum.
+    pub digest: String,
+    pub size: u64,
+    pub media_type: String,
+    /// Where the registry serves the layer (`GET /v2/<repository>/blobs/<digest>`); plain
+    /// http for loopback registries, as [`Registry::connect`] talks to them.
+    pub blob_url: String,
+}
+
+/// Resolve `reference` to its manifest and the one layer that holds the disk.
+pub async fn resolve_disk(reference: &Reference, auth: &Auth) -> Result<DiskArtifact> {
+    let registry = Registry::connect(reference, auth).await?;
+    let (bytes, digest) = registry.fetch_manifest(reference).await?;
+    let manifest: OciImageManifest = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::InvalidArtifact(format!("manifest of {reference}: {e}")))?;
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(Error::InvalidArtifact(format!(
+            "{reference} has {} layers; a disk artifact has exactly one",
+            manifest.layers.len()
+        )));
+    };
+    let scheme = if registry::is_loopback(reference.registry()) { "http" } else { "https" };
+    Ok(DiskArtifact {
+        pinned: reference.with_digest(&digest)?,
+        digest: layer.digest.clone(),
+        size: layer.size.max(0) as u64,
+        media_type: layer.media_type.clone(),
+        blob_url: format!("{scheme}://{}/v2/{}/blobs/{}", reference.registry(), reference.repository(), layer.digest),
+    })
+}
+
 /// Describe an artifact: digest, manifest, layer, config and how many signatures it has.
 pub async fn inspect(reference: &Reference, auth: &Auth) -> Result<Inspection> {
     let registry = Registry::connect(reference, auth).await?;

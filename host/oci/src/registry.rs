@@ -32,7 +32,7 @@ fn install_crypto_provider() {
 }
 
 /// Loopback registries (tests, `banlieue dev`) speak plain HTTP; everything else HTTPS.
-fn is_loopback(registry: &str) -> bool {
+pub(crate) fn is_loopback(registry: &str) -> bool {
     let host = match registry.rsplit_once(':') {
         Some((host, port)) if !port.contains(']') => host,
         _ => registry,

@@ -83,6 +83,38 @@ impl Registry {
         Ok(r.bytes().await?.to_vec())
     }
 
+    /// Push `bytes` as a one-layer OCI artifact to `repository:tag` through the distribution
+    /// API (blob upload as POST then PUT, which docker-registry 2.8 needs; an empty config);
+    /// the manifest digest. What `oras push` does, for tests that play an exporter.
+    pub async fn push_artifact(&self, repository: &str, tag: &str, artifact_type: &str, layer_type: &str, bytes: Vec<u8>) -> Result<String> {
+        use sha2::Digest as _;
+        let digest_of = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+        let client = http_client();
+        let base = format!("http://{}/v2/{repository}", self.host);
+        let config = b"{}".to_vec();
+        for blob in [&bytes, &config] {
+            let r = client.post(format!("{base}/blobs/uploads/")).send().await?;
+            let location = r.headers().get("location").and_then(|v| v.to_str().ok()).context("upload has no Location")?.to_string();
+            let location = if location.starts_with('/') { format!("http://{}{location}", self.host) } else { location };
+            let sep = if location.contains('?') { '&' } else { '?' };
+            let r = client.put(format!("{location}{sep}digest={}", digest_of(blob))).body(blob.clone()).send().await?;
+            if !r.status().is_success() {
+                bail!("blob upload: HTTP {}: {}", r.status(), r.text().await.unwrap_or_default());
+            }
+        }
+        let manifest = serde_json::json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest_of(&config), "size": config.len()},
+            "layers": [{"mediaType": layer_type, "digest": digest_of(&bytes), "size": bytes.len()}],
+        });
+        let body = serde_json::to_vec(&manifest)?;
+        let r = client.put(format!("{base}/manifests/{tag}")).header("content-type", OCI_MANIFEST).body(body.clone()).send().await?;
+        if !r.status().is_success() {
+            bail!("manifest push: HTTP {}: {}", r.status(), r.text().await.unwrap_or_default());
+        }
+        Ok(digest_of(&body))
+    }
+
     /// A directory that lives as long as the registry.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

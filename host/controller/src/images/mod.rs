@@ -15,7 +15,12 @@
 //!
 //! Deleting the VMImage is refused (`Ready=False/InUse`) while VirtualMachines use it;
 //! then each Provider's driver removes what it imported (`delete-image`) before the
-//! finalizer goes. Not yet: `kairos-operator` builds.
+//! finalizer goes.
+//!
+//! A VMImage with `build` is built first ([`build`]): the sources that name no location
+//! then take the built disk's URL and checksum and go the same way.
+
+pub mod build;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -75,6 +80,16 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             .filter(|i| i.metadata.deletion_timestamp.is_some())
             .map(|i| ObjectRef::from_obj(&*i))
     });
+    // An OSArtifact moving on wakes the VMImage that owns it (none are served without
+    // kairos-operator's CRD: the watch then only retries, with backoff).
+    let artifacts = watcher(build::os_artifacts(&ctx.client), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|r| {
+            let owner = r.ok().and_then(|a| a.owner_references().iter().find(|o| o.kind == "VMImage").map(|o| ObjectRef::<VMImage>::new(&o.name)));
+            futures::future::ready(owner)
+        });
+    let images = images.reconcile_on(artifacts);
     let images_state = Arc::new(Images { ctx: ctx.clone(), cache, frame: images_frame });
     images
         .graceful_shutdown_on(stop)
@@ -102,28 +117,33 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     let old = image.status.clone().unwrap_or_default();
     let mut st = old.clone();
     let generation = image.metadata.generation;
-    // The same download serves every provider class that names it.
-    let downloads: BTreeSet<Download> = image
-        .spec
-        .sources
-        .iter()
-        .filter_map(|src| Some(Download { url: src.url.clone()?, checksum: src.checksum.clone().unwrap_or_default() }))
-        .collect();
     if image.metadata.deletion_timestamp.is_some() {
         return remove_imports(image, s, &api, &old).await;
     }
-    if downloads.is_empty() {
+    if image.spec.build.is_none() && image.spec.sources.iter().all(|src| src.url.is_none()) {
         conditions::remove(&mut st.conditions, FETCHED);
         conditions::remove(&mut st.conditions, READY);
+        conditions::remove(&mut st.conditions, build::BUILT);
         st.providers.clear();
+        st.build = None;
         status::write(&api, &image.name_any(), Some(&old), &st).await?;
         return Ok(Outcome::AwaitChange);
     }
-    // What it imports is removed with it.
+    // What it builds and imports is removed with it.
     if !finalizer::has(image, FINALIZER) {
         finalizer::add(&api, image, FINALIZER).await?;
         return Ok(Outcome::AwaitChange);
     }
+    if let Some(waiting) = build::ensure_built(ctx, image, &mut st).await? {
+        status::write(&api, &image.name_any(), Some(&old), &st).await?;
+        return Ok(waiting);
+    }
+    let sources = effective_sources(image, &st);
+    // The same download serves every provider class that names it.
+    let downloads: BTreeSet<Download> = sources
+        .iter()
+        .filter_map(|src| Some(Download { url: src.url.clone()?, checksum: src.checksum.clone().unwrap_or_default() }))
+        .collect();
     let mut fetched = Vec::new();
     let mut failure = None;
     for d in &downloads {
@@ -138,7 +158,7 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     let outcome = match failure {
         None => {
             conditions::set(&mut st.conditions, FETCHED, true, Reason::Fetched, fetched.join("; "), generation);
-            import_everywhere(image, s, &api, &old, &mut st).await?
+            import_everywhere(image, &sources, s, &api, &old, &mut st).await?
         }
         Some((reason, message, retry)) => {
             let changed = conditions::get(&old.conditions, FETCHED).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
@@ -153,8 +173,15 @@ async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
     Ok(outcome)
 }
 
+/// Each source as imports see it: a built one with the build's URL and checksum.
+fn effective_sources(image: &VMImage, st: &VMImageStatus) -> Vec<ImageSource> {
+    let mut view = image.clone();
+    view.status = Some(st.clone());
+    image.spec.sources.iter().filter_map(|src| view.source_for(&src.provider_class)).filter(|src| src.url.is_some()).collect()
+}
+
 /// Behind the finalizer: refuse while VMs use the image, then have each Provider's driver
-/// remove what it imported, then let the VMImage go.
+/// remove what it imported and the build's OSArtifacts go, then let the VMImage go.
 async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &VMImageStatus) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     if !finalizer::has(image, FINALIZER) {
@@ -186,8 +213,8 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
         let Some(reference) = &import.reference else { continue };
         // A Provider deleted since holds nothing banlieue can still reach.
         let Some(provider) = providers.iter().find(|p| crate::key(*p) == import.provider) else { continue };
-        let Some(src) = image.spec.sources.iter().find(|src| src.provider_class == provider.spec.provider_class_ref.name) else { continue };
-        if let Err((reason, message, _)) = delete_one(ctx, image, provider, src, reference).await {
+        let Some(src) = image.source_for(&provider.spec.provider_class_ref.name) else { continue };
+        if let Err((reason, message, _)) = delete_one(ctx, image, provider, &src, reference).await {
             left.push(format!("{}: {reason}: {message}", import.provider));
         }
     }
@@ -197,6 +224,7 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
         status::write(api, &image.name_any(), Some(old), &st).await?;
         return Ok(Outcome::Retry);
     }
+    build::remove_older(ctx, image, "").await?;
     ctx.event(&image.object_ref(&()), false, Reason::Deleted, "Delete", format!("imports removed from {} Providers", old.providers.len())).await;
     finalizer::remove(api, image, FINALIZER).await?;
     Ok(Outcome::AwaitChange)
@@ -224,14 +252,14 @@ async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &I
 
 /// Import the fetched image into every Provider its `url` sources apply to; `Ready` says
 /// whether all of them have it.
-async fn import_everywhere(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
+async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     let generation = image.metadata.generation;
     let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
     let mut imports = Vec::new();
     let mut retry = false;
     for p in &providers {
-        let Some(src) = image.spec.sources.iter().find(|src| src.provider_class == p.spec.provider_class_ref.name && src.url.is_some()) else {
+        let Some(src) = sources.iter().find(|src| src.provider_class == p.spec.provider_class_ref.name) else {
             continue;
         };
         let key = crate::key(p);
