@@ -50,6 +50,82 @@ async fn fetched(env: &TestEnv, name: &str, status: &str, reason: &str) -> anyho
     Ok(cond(&i).map(|c| c.message).unwrap_or_default())
 }
 
+/// A libvirt ProviderClass `class` and Provider `kvm` on the shared libvirtd.
+fn libvirt_provider(ns: &str, class: &str, lv: &banlieue_test_backends::libvirtd::Libvirtd) -> [serde_json::Value; 2] {
+    [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
+               "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
+                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
+    ]
+}
+
+/// ProviderClasses `vsphere` (imageFormat vmdk) and `proxmox` (source), their credentials and
+/// Providers `vcenter` (on vcsim) and `pve` (on fakepve); each Provider's first storage class
+/// is where images land.
+fn template_providers(ns: &str, vsphere: &str, proxmox: &str, vc: &banlieue_test_backends::vcsim::Vcsim, pve: &banlieue_test_backends::fakepve::FakePve) -> Vec<serde_json::Value> {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let class = |name: &str, component: &str, kind: &str, format: &str| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+               "spec": {"component": {"source": format!("builtin:{component}")}, "infrastructureKind": kind,
+                        "capabilities": {"http": true, "secrets": true}, "imageFormat": format}})
+    };
+    vec![
+        class(vsphere, "provider-vsphere", "VSphere", "vmdk"),
+        class(proxmox, "provider-proxmox", "Proxmox", "source"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vcenter", "namespace": ns},
+               "data": {"username": b64(banlieue_test_backends::vcsim::USERNAME), "password": b64(banlieue_test_backends::vcsim::PASSWORD)}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve", "namespace": ns},
+               "data": {"username": b64(&pve.username), "password": b64(&pve.password)}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter", "namespace": ns},
+               "spec": {"providerClassRef": {"name": vsphere},
+                        "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "LocalDS_0"}, "networkClasses": {"default": "VM Network"}}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "pve", "namespace": ns},
+               "spec": {"providerClassRef": {"name": proxmox},
+                        "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem, "credentialsRef": {"kind": "Secret", "name": "pve", "keys": ["username", "password"]}},
+                        "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
+    ]
+}
+
+/// A condition `type_` of the VMImage with `status` (any when `None`) and `reason` (any when empty).
+fn image_has(i: Option<&VMImage>, type_: &str, status: Option<&str>, reason: &str) -> bool {
+    i.and_then(|i| i.status.as_ref())
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && status.is_none_or(|st| c.status == st) && (reason.is_empty() || c.reason == reason)))
+}
+
+fn vm_ready(v: Option<&banlieue_api::VirtualMachine>) -> bool {
+    v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// VM `name` of `image` on Provider `kvm` (class `<ns>-small`, made here) with a user-data
+/// marker: wait until it is Ready and its guest prints the marker. Its libvirt domain.
+async fn boot_on_kvm(env: &TestEnv, lv: &banlieue_test_backends::libvirtd::Libvirtd, image: &str, name: &str, marker: &str) -> anyhow::Result<String> {
+    use base64::Engine;
+    let ns = &env.ns;
+    let user_data = base64::engine::general_purpose::STANDARD.encode(format!("#cloud-config\n#banlieue-marker: {marker}\n"));
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 2, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-user-data"), "namespace": ns}, "data": {"user-data": user_data}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": ns},
+               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
+                        "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": format!("{name}-user-data"), "key": "user-data"}}}),
+    ] {
+        apply(&env.client, object).await?;
+    }
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    wait_for(&vms, name, 180, "Ready", vm_ready).await?;
+    let domain = format!("{ns}_{name}");
+    let want = format!("banlieue-guest: marker={marker}");
+    banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || Ok(lv.serial_log(&domain).contains(&want).then_some(())))
+        .await?;
+    Ok(domain)
+}
+
 #[tokio::test]
 async fn url_images_are_fetched_verified_and_bad_ones_say_why() -> anyhow::Result<()> {
     let env = TestEnv::start("images").await?;
@@ -112,7 +188,6 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     use banlieue_api::class::ImportPhase;
     use banlieue_api::VirtualMachine;
     use banlieue_test_backends::libvirtd::Libvirtd;
-    use base64::Engine;
 
     let env = TestEnv::start("image-import").await?;
     env.install_crds().await?;
@@ -123,22 +198,15 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     let sum = checksum(&disk);
     let server = FileServer::start(BTreeMap::from([("/guest.qcow2".to_string(), Answer::Bytes(disk.clone()))])).await?;
     let (class, image) = (format!("{ns}-lv"), format!("{ns}-guest"));
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
-               "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
-                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
-               "spec": {"sources": [{"providerClass": class, "url": server.url("/guest.qcow2"), "checksum": sum}]}}),
-    ] {
+    let vmimage = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+                         "spec": {"sources": [{"providerClass": class, "url": server.url("/guest.qcow2"), "checksum": sum}]}});
+    for object in libvirt_provider(&ns, &class, &lv).into_iter().chain([vmimage]) {
         apply(&env.client, object).await?;
     }
 
     // The VMImage says it is on the Provider, with the volume as the reference.
     let images: Api<VMImage> = Api::all(env.client.clone());
-    let ready = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let imported = wait_for(&images, &image, 120, "Ready (imported)", ready).await?;
+    let imported = wait_for(&images, &image, 120, "Ready (imported)", |i: Option<&VMImage>| image_has(i, "Ready", Some("True"), "")).await?;
     let on_kvm = imported.status.as_ref().map(|s| s.providers.clone()).unwrap_or_default();
     assert_eq!(on_kvm.len(), 1, "{on_kvm:?}");
     assert_eq!((on_kvm[0].provider.as_str(), on_kvm[0].phase, on_kvm[0].digest.as_deref()), (format!("{ns}/kvm").as_str(), ImportPhase::Ready, Some(sum.as_str())));
@@ -155,35 +223,14 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     assert_eq!(info(&path)?["format"], "qcow2");
 
     // A VM of that image boots from the imported volume on that Provider.
-    let user_data = base64::engine::general_purpose::STANDARD.encode("#cloud-config\n#banlieue-marker: booted-from-imported-image\n");
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
-               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 2, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web-user-data", "namespace": ns}, "data": {"user-data": user_data}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
-               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
-                        "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": "web-user-data", "key": "user-data"}}}),
-    ] {
-        apply(&env.client, object).await?;
-    }
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
-    let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    wait_for(&vms, "web", 180, "Ready", vm_ready).await?;
-    let domain = format!("{ns}_web");
+    let domain = boot_on_kvm(&env, &lv, &image, "web", "booted-from-imported-image").await?;
     let root = lv.virsh(&["vol-dumpxml", "--pool", &lv.pool, &format!("{domain}_root.qcow2")])?;
     assert!(root.contains(&path), "the VM's disk is backed by the imported volume: {root}");
-    let log = banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || {
-        let log = lv.serial_log(&domain);
-        Ok(log.contains("banlieue-guest: marker=booted-from-imported-image").then_some(log))
-    })
-    .await?;
-    assert!(log.contains("banlieue-guest"), "{log}");
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
 
     // Deleting the VMImage is refused while the VM uses it; then the import goes with it.
     images.delete(&image, &DeleteParams::default()).await?;
-    let in_use = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InUse"));
-    let held = wait_for(&images, &image, 60, "Ready=False/InUse", in_use).await?;
+    let held = wait_for(&images, &image, 60, "Ready=False/InUse", |i: Option<&VMImage>| image_has(i, "Ready", Some("False"), "InUse")).await?;
     let message = held.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")).map(|c| c.message.clone()).unwrap_or_default();
     assert!(message.contains(&format!("{ns}/web")), "{message}");
     assert_eq!(lv.volumes(&format!("image@{image}@"))?, vec![volume.clone()], "nothing removed while in use");
@@ -198,15 +245,15 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
 /// One VMImage with a `url` source for a vSphere class and a Proxmox VE class: the image
 /// builder converts it per class (`imageFormat` vmdk / source) and each driver imports it
 /// as a template — on vcsim through an `ImportVApp` lease the host streams the VMDK to, on
-/// fakepve through `download-url` + `import-from` — then a VM on each clones from it, and
-/// deleting the VMImage removes both templates. Checked on vcsim's and fakepve's own APIs.
+/// fakepve through `download-url` + `import-from` — then a VM on each clones from it. A new
+/// source is imported as a new revision; the old one stays until its VMs are gone. Deleting
+/// the VMImage removes the templates. Checked on vcsim's and fakepve's own APIs.
 #[tokio::test]
-async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_from_it() -> anyhow::Result<()> {
+async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_revisions_stay_while_used() -> anyhow::Result<()> {
     use banlieue_api::class::ImportPhase;
     use banlieue_api::VirtualMachine;
     use banlieue_test_backends::fakepve::FakePve;
-    use banlieue_test_backends::vcsim::{self, Vcsim};
-    use base64::Engine;
+    use banlieue_test_backends::vcsim::Vcsim;
 
     let env = TestEnv::start("image-templates").await?;
     env.install_crds().await?;
@@ -219,37 +266,15 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_fro
     let server = FileServer::start(BTreeMap::from([("/os.qcow2".to_string(), Answer::Bytes(disk.clone()))])).await?;
     let url = server.url("/os.qcow2");
     let (vsphere, proxmox, image, small) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-os"), format!("{ns}-small"));
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let class = |name: &str, component: &str, kind: &str, format: &str| {
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
-               "spec": {"component": {"source": format!("builtin:{component}")}, "infrastructureKind": kind,
-                        "capabilities": {"http": true, "secrets": true}, "imageFormat": format}})
-    };
-    for object in [
-        class(&vsphere, "provider-vsphere", "VSphere", "vmdk"),
-        class(&proxmox, "provider-proxmox", "Proxmox", "source"),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vcenter", "namespace": ns},
-               "data": {"username": b64(vcsim::USERNAME), "password": b64(vcsim::PASSWORD)}}),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pve", "namespace": ns},
-               "data": {"username": b64(&pve.username), "password": b64(&pve.password)}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter", "namespace": ns},
-               "spec": {"providerClassRef": {"name": vsphere},
-                        "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter", "keys": ["username", "password"]}},
-                        "capabilities": {"storageClasses": {"standard": "LocalDS_0"}, "networkClasses": {"default": "VM Network"}}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "pve", "namespace": ns},
-               "spec": {"providerClassRef": {"name": proxmox},
-                        "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem, "credentialsRef": {"kind": "Secret", "name": "pve", "keys": ["username", "password"]}},
-                        "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
-               "spec": {"sources": [{"providerClass": vsphere, "url": url, "checksum": sum}, {"providerClass": proxmox, "url": url, "checksum": sum}]}}),
-    ] {
+    let vmimage = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+                         "spec": {"sources": [{"providerClass": vsphere, "url": url, "checksum": sum}, {"providerClass": proxmox, "url": url, "checksum": sum}]}});
+    for object in template_providers(&ns, &vsphere, &proxmox, &vc, &pve).into_iter().chain([vmimage]) {
         apply(&env.client, object).await?;
     }
 
     // Ready on both Providers, each reference the template the driver made.
     let images: Api<VMImage> = Api::all(env.client.clone());
-    let ready = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let imported = wait_for(&images, &image, 120, "Ready (imported on both)", ready).await?;
+    let imported = wait_for(&images, &image, 120, "Ready (imported on both)", |i: Option<&VMImage>| image_has(i, "Ready", Some("True"), "")).await?;
     let mut imports = imported.status.as_ref().map(|s| s.providers.clone()).unwrap_or_default();
     imports.sort_by(|a, b| a.provider.cmp(&b.provider));
     let template = format!("image-{image}-{}", &sum[7..19]);
@@ -288,27 +313,71 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_fro
                "spec": {"classRef": {"name": small}, "imageRef": {"name": image}, "placement": {"providerRef": {"name": provider}}}})).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
-    let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     for provider in ["vcenter", "pve"] {
         wait_for(&vms, &format!("on-{provider}"), 120, "Ready", vm_ready).await?;
     }
     assert!(vc.vm_names().await?.contains(&format!("{ns}_on-vcenter")), "vcsim has the clone");
     assert!(pve.vms().await?.iter().any(|v| v.name == format!("on-pve.{ns}") && !v.template), "fakepve has the clone");
 
-    // Deleting the VMImage waits for the VMs, then removes both templates.
-    images.delete(&image, &DeleteParams::default()).await?;
-    let in_use = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InUse"));
-    wait_for(&images, &image, 60, "Ready=False/InUse", in_use).await?;
-    assert_eq!(vc.is_template(&template).await?, Some(true), "nothing removed while in use");
+    // Each VM says what it was made from: the template of the first digest.
+    for provider in ["vcenter", "pve"] {
+        let vm = vms.get(&format!("on-{provider}")).await?;
+        assert_eq!(vm.status.and_then(|s| s.scheduled).and_then(|s| s.image).as_deref(), Some(template.as_str()), "on-{provider}");
+    }
+
+    // A new source: imported as a new revision beside the old one, which stays while VMs use it.
+    let disk2 = {
+        let path = env.dir().join("second.qcow2");
+        let out = std::process::Command::new("qemu-img").args(["create", "-q", "-f", "qcow2"]).arg(&path).arg("32M").output()?;
+        anyhow::ensure!(out.status.success(), "qemu-img create: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read(path)?
+    };
+    let sum2 = checksum(&disk2);
+    let server2 = FileServer::start(BTreeMap::from([("/os-2.qcow2".to_string(), Answer::Bytes(disk2.clone()))])).await?;
+    let url2 = server2.url("/os-2.qcow2");
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+           "spec": {"sources": [{"providerClass": vsphere, "url": url2, "checksum": sum2}, {"providerClass": proxmox, "url": url2, "checksum": sum2}]}})).await?;
+    let on_second = |i: Option<&VMImage>| {
+        i.and_then(|i| i.status.as_ref()).is_some_and(|s| {
+            s.providers.len() == 2 && s.providers.iter().all(|p| p.phase == ImportPhase::Ready && p.digest.as_deref() == Some(sum2.as_str()))
+        })
+    };
+    let second = wait_for(&images, &image, 120, "both Providers on the second digest", on_second).await?;
+    let template2 = format!("image-{image}-{}", &sum2[7..19]);
+    let mut retired: Vec<(String, Option<String>)> = second.status.clone().unwrap_or_default().retired.iter().map(|r| (r.provider.clone(), r.reference.clone())).collect();
+    retired.sort();
+    assert_eq!(retired, vec![(format!("{ns}/pve"), Some(template.clone())), (format!("{ns}/vcenter"), Some(template.clone()))]);
+    assert_eq!((vc.is_template(&template).await?, vc.is_template(&template2).await?), (Some(true), Some(true)), "both revisions on vCenter");
+    let names: Vec<String> = pve.vms().await?.into_iter().filter(|v| v.template).map(|v| v.name).collect();
+    assert!(names.contains(&template) && names.contains(&template2), "both revisions on Proxmox VE: {names:?}");
+
+    // The VMs made from the first revision go: so does it, from both backends.
     for provider in ["vcenter", "pve"] {
         vms.delete(&format!("on-{provider}"), &DeleteParams::default()).await?;
     }
     for provider in ["vcenter", "pve"] {
         banlieue_tests::await_deleted(&vms, &format!("on-{provider}")).await?;
     }
+    let released = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.retired.is_empty());
+    wait_for(&images, &image, 60, "the first revision released", released).await?;
+    assert_eq!((vc.is_template(&template).await?, vc.is_template(&template2).await?), (None, Some(true)), "only the second revision is left on vCenter");
+    let names: Vec<String> = pve.vms().await?.into_iter().map(|v| v.name).collect();
+    assert!(!names.contains(&template) && names.contains(&template2), "only the second revision is left on Proxmox VE: {names:?}");
+
+    // A new VM is made from the second revision; deleting the VMImage waits for it, then
+    // removes the template from both backends.
+    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "later", "namespace": ns},
+           "spec": {"classRef": {"name": small}, "imageRef": {"name": image}, "placement": {"providerRef": {"name": "vcenter"}}}})).await?;
+    let later = wait_for(&vms, "later", 120, "Ready", vm_ready).await?;
+    assert_eq!(later.status.and_then(|s| s.scheduled).and_then(|s| s.image).as_deref(), Some(template2.as_str()));
+    images.delete(&image, &DeleteParams::default()).await?;
+    wait_for(&images, &image, 60, "Ready=False/InUse", |i: Option<&VMImage>| image_has(i, "Ready", Some("False"), "InUse")).await?;
+    assert_eq!(vc.is_template(&template2).await?, Some(true), "nothing removed while in use");
+    vms.delete("later", &DeleteParams::default()).await?;
+    banlieue_tests::await_deleted(&vms, "later").await?;
     banlieue_tests::await_deleted(&images, &image).await?;
-    assert_eq!(vc.is_template(&template).await?, None, "the template is gone from vCenter");
-    assert!(!pve.vms().await?.iter().any(|v| v.name == template), "the template is gone from Proxmox VE");
+    assert_eq!(vc.is_template(&template2).await?, None, "the template is gone from vCenter");
+    assert!(!pve.vms().await?.iter().any(|v| v.name.starts_with(&format!("image-{image}-"))), "the templates are gone from Proxmox VE");
     assert_eq!(cp.permissions_complete(), Ok(()));
     Ok(())
 }
@@ -318,13 +387,16 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_and_vms_clone_fro
 /// Job), the test moves its phase through Building and Exporting, acts as the exporter by
 /// pushing a real bootable disk (`.raw`, as kairos builds them) to the registry reference
 /// the Job names, then sets Ready; the image builder resolves the pushed layer, fetches and
-/// verifies it, imports it into libvirtd, and a VM boots from it. A build that ends in
-/// Error says why; deleting the VMImage removes its OSArtifact and its import.
+/// verifies it, imports it into libvirtd, vcsim and fakepve, and a VM boots from it on
+/// libvirtd. A build that ends in Error says why; deleting the VMImage removes its
+/// OSArtifact and its imports everywhere.
 #[tokio::test]
-async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<()> {
+async fn a_built_image_goes_from_osartifact_to_every_backend_and_boots() -> anyhow::Result<()> {
     use banlieue_api::VirtualMachine;
+    use banlieue_test_backends::fakepve::FakePve;
     use banlieue_test_backends::libvirtd::Libvirtd;
     use banlieue_test_backends::registry::Registry;
+    use banlieue_test_backends::vcsim::Vcsim;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
     let env = TestEnv::start("image-build").await?;
@@ -339,21 +411,19 @@ async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<(
         o.image_build = Some(banlieue_controller::ImageBuildOptions { registry: build_registry.clone(), exporter_image: "oras:test".into() })
     })
     .await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
     let ns = env.ns.clone();
-    let (class, image, broken) = (format!("{ns}-lv"), format!("{ns}-kairos"), format!("{ns}-broken"));
+    let (class, vsphere, proxmox) = (format!("{ns}-lv"), format!("{ns}-vsphere"), format!("{ns}-proxmox"));
+    let (image, broken) = (format!("{ns}-kairos"), format!("{ns}-broken"));
     let build = json!({"osArtifact": {"image": {"ref": "quay.io/kairos/ubuntu:24.04-core-amd64-generic-v3.5.0"},
                                       "artifacts": {"arch": "amd64", "cloudImage": true, "diskSize": "4096"}}});
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": ns},
-               "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
-                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
-               "spec": {"build": build, "sources": [{"providerClass": class}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": broken},
-               "spec": {"build": build, "sources": [{"providerClass": class}]}}),
-    ] {
+    // Sources that name no location take the build, on all three backends.
+    let sources = json!([{"providerClass": class}, {"providerClass": vsphere}, {"providerClass": proxmox}]);
+    let vmimages = [image.clone(), broken.clone()].map(|name| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name}, "spec": {"build": build, "sources": sources}})
+    });
+    for object in libvirt_provider(&ns, &class, &lv).into_iter().chain(template_providers(&ns, &vsphere, &proxmox, &vc, &pve)).chain(vmimages) {
         apply(&env.client, object).await?;
     }
 
@@ -376,9 +446,6 @@ async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<(
     assert_eq!(job["volumeMounts"][0]["mountPath"], "/artifacts", "{job}");
 
     let images: Api<VMImage> = Api::all(env.client.clone());
-    let built = |status: &'static str, reason: &'static str| {
-        move |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Built" && c.status == status && c.reason == reason))
-    };
     let set_phase = |name: String, phase: &'static str, message: &'static str| {
         let artifacts = artifacts.clone();
         async move {
@@ -406,45 +473,42 @@ async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<(
     registry.push_artifact(repository, &tag, "application/vnd.banlieue.disk.v1", "application/vnd.banlieue.disk.layer.v1", disk.clone()).await?;
     set_phase(name.clone(), "Ready", "").await?;
 
-    // Built, fetched, imported: the checksum is the pushed layer's, and libvirtd holds the disk.
-    let ready = |i: Option<&VMImage>| i.and_then(|i| i.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let imported = wait_for(&images, &image, 120, "Ready (built and imported)", ready).await?;
+    // Built, fetched, imported everywhere: the checksum is the pushed layer's.
+    let imported = wait_for(&images, &image, 120, "Ready (built and imported)", |i: Option<&VMImage>| image_has(i, "Ready", Some("True"), "")).await?;
     let st = imported.status.clone().unwrap_or_default();
     let b = st.build.clone().unwrap_or_default();
-    assert_eq!(b.checksum.as_deref(), Some(checksum(&disk).as_str()), "{b:?}");
-    assert_eq!(b.url.as_deref(), Some(format!("http://{}/v2/{repository}/blobs/{}", registry.host, checksum(&disk)).as_str()));
+    let sum = checksum(&disk);
+    assert_eq!(b.checksum.as_deref(), Some(sum.as_str()), "{b:?}");
+    let blob_url = format!("http://{}/v2/{repository}/blobs/{sum}", registry.host);
+    assert_eq!(b.url.as_deref(), Some(blob_url.as_str()));
     assert!(st.conditions.iter().any(|c| c.type_ == "Built" && c.status == "True"), "{st:?}");
-    let volume = format!("image@{image}@{}", &checksum(&disk)[7..19]);
+    assert_eq!(st.providers.len(), 3, "{st:?}");
+    // libvirtd holds the disk as a volume …
+    let volume = format!("image@{image}@{}", &sum[7..19]);
     let path = lv.virsh(&["vol-path", "--pool", &lv.pool, &volume])?.trim().to_string();
-    assert_eq!(st.providers.first().and_then(|p| p.reference.as_deref()), Some(path.as_str()));
+    assert_eq!(st.providers.iter().find(|p| p.provider == format!("{ns}/kvm")).and_then(|p| p.reference.as_deref()), Some(path.as_str()));
+    // … vcsim has the template, its NFC handler having received the VMDK the host streamed …
+    let template = format!("image-{image}-{}", &sum[7..19]);
+    assert_eq!(vc.is_template(&template).await?, Some(true));
+    assert_eq!(vc.nfc_uploads()?.len(), 1);
+    // … and Proxmox VE was asked to download the registry's blob, and has the template.
+    assert!(pve.vms().await?.iter().any(|v| v.name == template && v.template));
+    let mut logs = Vec::new();
+    for node in ["pve1", "pve2"] {
+        for t in pve.tasks(node).await?.into_iter().filter(|t| t["type"] == "download") {
+            logs.push(pve.task_log(node, t["upid"].as_str().unwrap_or("")).await?.join("\n"));
+        }
+    }
+    assert!(logs.len() == 1 && logs[0].contains(&blob_url), "{logs:?}");
 
     // A VM boots from the built image.
-    let user_data = { use base64::Engine; base64::engine::general_purpose::STANDARD.encode("#cloud-config\n#banlieue-marker: booted-from-built-image\n") };
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
-               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 2, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "node-user-data", "namespace": ns}, "data": {"user-data": user_data}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "node", "namespace": ns},
-               "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
-                        "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": "node-user-data", "key": "user-data"}}}),
-    ] {
-        apply(&env.client, object).await?;
-    }
+    boot_on_kvm(&env, &lv, &image, "node", "booted-from-built-image").await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
-    let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    wait_for(&vms, "node", 180, "Ready", vm_ready).await?;
-    let domain = format!("{ns}_node");
-    banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || {
-        let log = lv.serial_log(&domain);
-        Ok(log.contains("banlieue-guest: marker=booted-from-built-image").then_some(()))
-    })
-    .await?;
 
     // A build that fails says why, and nothing is imported.
     wait_for(&artifacts, &format!("{broken}-1"), 60, "the second OSArtifact", |a: Option<&DynamicObject>| a.is_some()).await?;
     set_phase(format!("{broken}-1"), "Error", "mkfs failed: no space left on device").await?;
-    let failed = wait_for(&images, &broken, 60, "Built=False/BuildFailed", built("False", "BuildFailed")).await?;
+    let failed = wait_for(&images, &broken, 60, "Built=False/BuildFailed", |i: Option<&VMImage>| image_has(i, "Built", Some("False"), "BuildFailed")).await?;
     let st = failed.status.clone().unwrap_or_default();
     assert!(st.conditions.iter().any(|c| c.type_ == "Built" && c.message.contains("no space left on device")), "{st:?}");
     assert!(st.providers.is_empty(), "{st:?}");
@@ -458,6 +522,31 @@ async fn a_built_image_goes_from_osartifact_to_a_booted_vm() -> anyhow::Result<(
     }
     assert!(artifacts.list(&Default::default()).await?.items.iter().all(|a| !a.name_any().starts_with(&ns)), "the OSArtifacts are gone");
     assert!(lv.volumes(&format!("image@{image}@"))?.is_empty(), "the imported volume is gone");
+    assert_eq!(vc.is_template(&template).await?, None, "the vSphere template is gone");
+    assert!(!pve.vms().await?.iter().any(|v| v.name == template), "the Proxmox VE template is gone");
     assert_eq!(cp.permissions_complete(), Ok(()));
+    Ok(())
+}
+
+/// `examples/images/`: each is a VMImage the Rust type reads and the API server accepts
+/// (dry run); the Kairos one builds for every class it lists.
+#[tokio::test]
+async fn the_image_examples_are_accepted() -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let env = TestEnv::start("image-examples").await?;
+    env.install_crds().await?;
+    let images: Api<VMImage> = Api::all(env.client.clone());
+    for file in ["url-image.yaml", "kairos-image.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/images").join(file);
+        let image: VMImage = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+        let classes: Vec<&str> = image.spec.sources.iter().map(|s| s.provider_class.as_str()).collect();
+        assert_eq!(classes, ["libvirt", "vsphere", "proxmox"], "{file}");
+        assert_eq!(image.spec.build.is_some(), file == "kairos-image.yaml");
+        assert!(image.spec.sources.iter().all(|s| s.is_built() == image.spec.build.is_some()), "{file}");
+        images
+            .patch(&image.name_any(), &PatchParams::apply("image-examples").dry_run(), &Patch::Apply(&image))
+            .await
+            .map_err(|e| anyhow::anyhow!("examples/images/{file}: {e}"))?;
+    }
     Ok(())
 }

@@ -31,7 +31,8 @@ pub trait Driver {
     fn import_image(_config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {
         Err(Error::InvalidSpec(format!("this driver does not import images ({})", request.name)))
     }
-    /// Remove what `import_image` made (`reference` as it reported it); already gone is
+    /// Remove what `import_image` made (`reference` as it reported it; empty: everything
+    /// imported for the request's image name); already gone is
     /// success. A driver that imports nothing has nothing to remove.
     fn delete_image(_config: &ProviderConfig, _request: &ImageRequest, _reference: &str) -> Result<()> {
         Ok(())

@@ -400,14 +400,15 @@ impl Driver for Libvirt {
     }
 
     fn delete_image(_config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
-        // Only a volume this driver imported (its name says so), found by the path it reported.
+        // Only a volume this driver imported (its name says so), found by the path it reported
+        // (every one of the image's, for an empty reference).
         let prefix = naming::image_volume_prefix(&request.name)?;
         for pool in libvirt::pool_list()?.into_iter().filter(|p| p.active) {
             let volumes = match libvirt::volume_list(&pool.name) {
                 Err(Error::NotFound(_)) => continue,
                 other => other?,
             };
-            for volume in volumes.into_iter().filter(|v| v.path == reference && v.name.starts_with(&prefix)) {
+            for volume in volumes.into_iter().filter(|v| v.name.starts_with(&prefix) && (reference.is_empty() || v.path == reference)) {
                 ignore_not_found(libvirt::volume_delete(&pool.name, &volume.name))
                     .map_err(|e| e.context(format!("deleting image volume {} in pool {}", volume.name, pool.name)))?;
                 info!("deleted image volume {} in pool {}", volume.name, pool.name);

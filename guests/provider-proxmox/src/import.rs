@@ -224,18 +224,28 @@ fn ready(name: &str, vmid: u64, node: &str, digest: &str, what: &str) -> ImageSt
     ImageStatus { phase: ImagePhase::Ready, reference: Some(name.to_string()), message: Some(format!("template {name} (VM {vmid} on {node}, {digest}): {what}")) }
 }
 
-/// Remove the template `reference` and any file left downloaded for the VMImage.
+/// Remove the template `reference` and any file left downloaded for it (every template,
+/// VM and file named like the VMImage's imports, for an empty reference).
 pub fn delete(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
     let image_prefix = prefix(&request.name)?;
-    if !reference.starts_with(&image_prefix) {
+    if !reference.is_empty() && !reference.starts_with(&image_prefix) {
         return Err(Error::InvalidSpec(format!("{reference:?} is not a template imported for image {}", request.name)));
     }
+    let pattern = if reference.is_empty() { image_prefix.as_str() } else { reference };
     let pve = Pve::connect(config)?;
-    for (node, vmid, _) in named(&pve, reference)? {
-        info!("destroying Proxmox VE template {vmid} ({reference})");
+    let doomed: Vec<(String, u64, String)> = vms(&pve)?
+        .iter()
+        .filter(|v| {
+            let name = api::text(v, "name");
+            if reference.is_empty() { name.starts_with(pattern) } else { name == reference }
+        })
+        .filter_map(|v| Some((api::text(v, "node").to_string(), api::num(v.get("vmid"))?, api::text(v, "name").to_string())))
+        .collect();
+    for (node, vmid, name) in doomed {
+        info!("destroying Proxmox VE template {vmid} ({name})");
         destroy(&pve, &node, vmid)?;
     }
-    for (node, volid) in staged(&pve, reference)? {
+    for (node, volid) in staged(&pve, pattern)? {
         remove_volume(&pve, &node, &volid)?;
     }
     Ok(())

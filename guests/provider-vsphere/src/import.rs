@@ -201,17 +201,23 @@ fn ready(name: &str, digest: &str, datastore: &str, what: &str) -> ImageStatus {
     }
 }
 
-/// Destroy the template `reference`, if it is one this driver imported for the VMImage.
+/// Destroy the template `reference`, if it is one this driver imported for the VMImage
+/// (every VM named like one, template or an import cut off, for an empty reference).
 pub fn delete(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
     let prefix = template_prefix(&request.name)?;
-    if !reference.starts_with(&prefix) {
+    if !reference.is_empty() && !reference.starts_with(&prefix) {
         return Err(Error::InvalidSpec(format!("{reference:?} is not a template imported for image {}", request.name)));
     }
     with_vim(config, |vim| {
         let inv = Inv::read(vim, VMS)?;
-        for (vm, _) in named(&inv, reference) {
-            info!("destroying vSphere template {reference}");
-            destroy(vim, &vm, reference)?;
+        let doomed: Vec<(MoRef, String)> = inv
+            .of_kind("VirtualMachine")
+            .filter_map(|v| Some((v.obj.clone()?, v.str("name")?.to_string())))
+            .filter(|(_, name)| if reference.is_empty() { name.starts_with(&prefix) } else { name == reference })
+            .collect();
+        for (vm, name) in doomed {
+            info!("destroying vSphere template {name}");
+            destroy(vim, &vm, &name)?;
         }
         Ok(())
     })

@@ -261,6 +261,10 @@ pub struct VMImageStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["provider"]))]
     pub providers: Vec<ImageImport>,
+    /// Imports of an earlier source or build, kept while VirtualMachines made from them
+    /// exist (`status.scheduled.image`), then removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<ImageImport>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -174,6 +174,11 @@ pub struct Scheduled {
     /// Abstract network class → backend target.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub networks: BTreeMap<String, String>,
+    /// What the VM's machine was made from on that Provider (a template name or backing
+    /// file): kept while the machine exists, so an image whose source changes keeps its
+    /// earlier import for this VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Reference to the infrastructure Machine.

@@ -30,10 +30,38 @@ pub fn imported(image: &VMImage, provider: &str, checksum: Option<&str>) -> Resu
 }
 
 /// The resolved VM of `class` and `image` on `provider` (of class `provider_class`),
-/// powered on, without user-data: the caller adds what its object asks for.
-pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provider_class: &str) -> Result<ResolvedVm, Failure> {
+/// powered on, without user-data: the caller adds what its object asks for. `made_from` is
+/// the image of a machine that exists already: it keeps it (a machine is not remade when
+/// its VMImage's source changes, and must not wait for the new import).
+pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provider_class: &str, made_from: Option<BTreeMap<String, String>>) -> Result<ResolvedVm, Failure> {
     let c = &class.spec;
     let caps = &provider.spec.capabilities;
+    let image_map = match made_from.filter(|m| !m.is_empty()) {
+        Some(m) => m,
+        None => image_of(image, provider, provider_class)?,
+    };
+    Ok(ResolvedVm {
+        cpus: c.cpus,
+        memory_mib: c.memory_mib,
+        firmware: c.firmware,
+        disks: c
+            .disks
+            .iter()
+            .map(|d| ResolvedDisk { name: d.name.clone(), size_gib: d.size_gib, target: caps.storage_classes.get(&d.storage_class).cloned().unwrap_or_default() })
+            .collect(),
+        nics: c
+            .nics
+            .iter()
+            .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default() })
+            .collect(),
+        image: image_map,
+        power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),
+        ..Default::default()
+    })
+}
+
+/// The machine's image key and value for `image` on `provider`.
+fn image_of(image: &VMImage, provider: &Provider, provider_class: &str) -> Result<BTreeMap<String, String>, Failure> {
     let source = image
         .source_for(provider_class)
         .ok_or_else(|| (Reason::NoImageSource, format!("VMImage {:?} has no source for class {provider_class:?}", image.name_any()), false))?;
@@ -57,24 +85,7 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
             }
         }
     }
-    Ok(ResolvedVm {
-        cpus: c.cpus,
-        memory_mib: c.memory_mib,
-        firmware: c.firmware,
-        disks: c
-            .disks
-            .iter()
-            .map(|d| ResolvedDisk { name: d.name.clone(), size_gib: d.size_gib, target: caps.storage_classes.get(&d.storage_class).cloned().unwrap_or_default() })
-            .collect(),
-        nics: c
-            .nics
-            .iter()
-            .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default() })
-            .collect(),
-        image: image_map,
-        power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),
-        ..Default::default()
-    })
+    Ok(image_map)
 }
 
 #[cfg(test)]
@@ -105,13 +116,17 @@ mod tests {
     fn a_url_image_is_used_as_imported_and_waited_for_until_then() {
         let class = VMClass::new("small", Default::default());
         let p = provider();
-        let vm = machine_vm(&class, &image(Some(import(ImportPhase::Ready, SUM))), &p, "libvirt").unwrap();
+        let vm = machine_vm(&class, &image(Some(import(ImportPhase::Ready, SUM))), &p, "libvirt", None).unwrap();
         assert_eq!(vm.image.get("backingFile").map(String::as_str), Some("/var/lib/pool/image@os@000000000000"));
         assert!(!vm.image.contains_key("url"), "the URL is not handed to the driver");
         for not_yet in [None, Some(import(ImportPhase::Importing, SUM)), Some(import(ImportPhase::Ready, "sha256:other"))] {
-            let (reason, message, retry) = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt").unwrap_err();
+            let (reason, message, retry) = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt", None).unwrap_err();
             assert_eq!(reason, Reason::ImageNotReady, "{not_yet:?}");
             assert!(message.contains("infra/kvm") && retry, "{message}");
         }
+        // A machine that exists keeps what it was made from, whatever the import is now.
+        let made_from: BTreeMap<String, String> = [("backingFile".to_string(), "/var/lib/pool/image@os@111111111111".to_string())].into();
+        let kept = machine_vm(&class, &image(Some(import(ImportPhase::Importing, SUM))), &p, "libvirt", Some(made_from.clone())).unwrap();
+        assert_eq!(kept.image, made_from);
     }
 }

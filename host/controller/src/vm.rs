@@ -297,6 +297,11 @@ impl<'a> Reconcile<'a> {
         }
 
         let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled, existing).await?;
+        // Which import the machine uses, for the imagebuilder to keep it while it does.
+        let made_from = ["template", "backingFile"].iter().find_map(|k| machine.data["spec"]["vm"]["image"][*k].as_str().map(str::to_string));
+        if let Some(s) = self.status.scheduled.as_mut() {
+            s.image = made_from;
+        }
         self.mirror(&machine, &target);
         Ok(Outcome::AwaitChange)
     }
@@ -384,6 +389,8 @@ impl<'a> Reconcile<'a> {
             failure_domain: chosen.failure_domain.clone(),
             storage: class.spec.disks.iter().filter_map(|d| Some((d.storage_class.clone(), caps.storage_classes.get(&d.storage_class)?.clone()))).collect(),
             networks: class.spec.nics.iter().filter_map(|n| Some((n.network_class.clone(), caps.network_classes.get(&n.network_class)?.clone()))).collect(),
+            // Known once its machine is made.
+            image: None,
         };
         let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.why);
         self.set(SCHEDULED, true, Reason::Scheduled, message.clone());
@@ -431,7 +438,9 @@ impl<'a> Reconcile<'a> {
         scheduled: &Scheduled,
         existing: Option<DynamicObject>,
     ) -> Result<DynamicObject, Blocked> {
-        let resolved = crate::resolve::machine_vm(class, image, provider, &scheduled.provider_class)
+        // A machine keeps the image it was made from.
+        let made_from = existing.as_ref().and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
+        let resolved = crate::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
             .map_err(|(reason, message, _)| blocked(SCHEDULED, reason, message))?;
         let spec = InfraMachineSpec {
             provider_id: None,

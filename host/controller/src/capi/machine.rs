@@ -220,7 +220,8 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
         .find(|p| p.name_any() == provider_name)
         .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {provider_name:?} of failure domain {:?} not found", domain.name), true))?;
     let provider_class = provider.spec.provider_class_ref.name.clone();
-    let mut vm = resolve::machine_vm(&class, &image, provider, &provider_class)?;
+    // Bound once: the binder does not come back to a machine it has bound.
+    let mut vm = resolve::machine_vm(&class, &image, provider, &provider_class, None)?;
     vm.user_data = Some(SecretKeyRef { name: data_secret.clone(), key: BOOTSTRAP_VALUE_KEY.into() });
     vm.user_data_format = Some(format);
     vm.failure_domain = Some(backend_domain);

@@ -71,13 +71,13 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
-    // A VM going away may release an image being deleted.
+    // A VM going away (or moving) may release an image being deleted, or an earlier import.
     let deleting = images.store();
     let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).default_backoff().touched_objects();
     let images = images.watches_stream(vms, move |vm: VirtualMachine| {
         deleting
             .get(&ObjectRef::new(&vm.spec.image_ref.name))
-            .filter(|i| i.metadata.deletion_timestamp.is_some())
+            .filter(|i| i.metadata.deletion_timestamp.is_some() || i.status.as_ref().is_some_and(|s| !s.retired.is_empty()))
             .map(|i| ObjectRef::from_obj(&*i))
     });
     // An OSArtifact moving on wakes the VMImage that owns it (none are served without
@@ -209,12 +209,14 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
     }
     let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
     let mut left = Vec::new();
-    for import in &old.providers {
-        let Some(reference) = &import.reference else { continue };
+    for import in old.providers.iter().chain(&old.retired) {
+        // An import that never reported a reference (cut off, failed) may have left
+        // something: the empty reference asks the driver for everything of this image.
+        let reference = import.reference.clone().filter(|_| import.phase == ImportPhase::Ready).unwrap_or_default();
         // A Provider deleted since holds nothing banlieue can still reach.
         let Some(provider) = providers.iter().find(|p| crate::key(*p) == import.provider) else { continue };
         let Some(src) = image.source_for(&provider.spec.provider_class_ref.name) else { continue };
-        if let Err((reason, message, _)) = delete_one(ctx, image, provider, &src, reference).await {
+        if let Err((reason, message, _)) = delete_one(ctx, image, provider, &src, &reference).await {
             left.push(format!("{}: {reason}: {message}", import.provider));
         }
     }
@@ -269,6 +271,12 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
             imports.push(done.clone());
             continue;
         }
+        // A new source or build: the earlier import stays while VMs made from it exist.
+        if let Some(earlier) = prior.filter(|i| i.phase == ImportPhase::Ready && i.reference.is_some()) {
+            if !st.retired.iter().any(|r| r.provider == earlier.provider && r.reference == earlier.reference) {
+                st.retired.push(earlier.clone());
+            }
+        }
         // Say it is under way before the (possibly long) transfer.
         let importing = ImageImport { provider: key.clone(), phase: ImportPhase::Importing, digest: Some(digest.clone()), ..Default::default() };
         let mut during = st.clone();
@@ -288,6 +296,7 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
         imports.push(ImageImport { provider: key, phase, digest: Some(digest), reference, message: Some(message) });
     }
     st.providers = imports;
+    release_retired(image, s, st).await?;
     let failed: Vec<String> = st.providers.iter().filter(|i| i.phase != ImportPhase::Ready).map(|i| format!("{}: {}", i.provider, i.message.clone().unwrap_or_default())).collect();
     let (ready, reason, message) = if st.providers.is_empty() {
         (false, Reason::NoProvider, "no Provider's class has a url source in this image".to_string())
@@ -298,6 +307,47 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
     };
     conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
     Ok(if retry { Outcome::Retry } else { Outcome::AwaitChange })
+}
+
+/// Remove the retired imports no VirtualMachine of this image was made from any more (a
+/// VM on that Provider that does not say what it was made from keeps them all).
+async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) -> Result<(), Error> {
+    if st.retired.is_empty() {
+        return Ok(());
+    }
+    let ctx = &s.ctx;
+    let vms = ctx.watched::<VirtualMachine>().list(&Default::default()).await?.items;
+    let made_from: Vec<(String, Option<String>)> = vms
+        .iter()
+        .filter(|vm| vm.spec.image_ref.name == image.name_any())
+        .filter_map(|vm| {
+            let scheduled = vm.status.as_ref()?.scheduled.as_ref()?;
+            Some((format!("{}/{}", vm.namespace().unwrap_or_default(), scheduled.provider), scheduled.image.clone()))
+        })
+        .collect();
+    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let mut kept = Vec::new();
+    for r in std::mem::take(&mut st.retired) {
+        let used = made_from.iter().any(|(p, from)| *p == r.provider && from.as_ref().is_none_or(|f| Some(f) == r.reference.as_ref()));
+        // A Provider deleted since holds nothing banlieue can still reach.
+        let provider = providers.iter().find(|p| crate::key(*p) == r.provider);
+        let src = provider.and_then(|p| image.source_for(&p.spec.provider_class_ref.name));
+        let (Some(provider), Some(src), false) = (provider, src, used) else {
+            if used {
+                kept.push(r);
+            }
+            continue;
+        };
+        match delete_one(ctx, image, provider, &src, r.reference.as_deref().unwrap_or_default()).await {
+            Ok(()) => {
+                let message = format!("{}: removed the earlier import {} ({}): no VM uses it", r.provider, r.reference.clone().unwrap_or_default(), r.digest.clone().unwrap_or_default());
+                ctx.event(&image.object_ref(&()), false, Reason::Deleted, "Release", message).await;
+            }
+            Err((reason, message, _)) => kept.push(ImageImport { message: Some(format!("cannot remove it yet: {reason}: {message}")), ..r }),
+        }
+    }
+    st.retired = kept;
+    Ok(())
 }
 
 /// Convert the cached image for `provider` and have its driver import it, the host
