@@ -526,9 +526,20 @@ async fn an_image_is_downloaded_by_pve_and_becomes_a_template() {
     assert_eq!(pve.vms().await.unwrap(), vms_before, "nothing of the import is left");
     d.delete_image(&cfg, &request, &template, limits(), g.clone()).await.unwrap();
 
+    // An import cut off before it reported (a VM named like the template, not yet one) is found
+    // again: the next import replaces it, and a delete-image with no reference removes it.
+    pve.api("POST", "/nodes/pve1/qemu", &[("vmid", "4242"), ("name", &template)]).await.unwrap();
+    let status = d.import_image(&cfg, &request, limits(), with_image.clone()).await.unwrap();
+    assert_eq!(status.reference.as_deref(), Some(template.as_str()));
+    let now: Vec<_> = pve.vms().await.unwrap().into_iter().filter(|v| v.name == template).collect();
+    assert!(now.len() == 1 && now[0].template && now[0].vmid != 4242, "the leftover was replaced by a template: {now:?}");
+    pve.api("POST", "/nodes/pve2/qemu", &[("vmid", "4243"), ("name", &format!("image-debian-{}", "ab".repeat(6)))]).await.unwrap();
+    d.delete_image(&cfg, &request, "", limits(), g.clone()).await.unwrap();
+    assert_eq!(pve.vms().await.unwrap(), vms_before, "an empty reference removes everything imported for the image");
+
     // A format PVE does not import, and a storage no node has, are refused before anything is asked.
     let vpc = common::image_grant(tempfile::tempdir().unwrap().path(), 16, "vpc");
     invalid_spec(d.import_image(&cfg, &request, limits(), Grants { transfer: Some(vpc), ..g.clone() }).await, "qcow2, raw or vmdk");
     invalid_spec(d.import_image(&cfg, &image_request("debian", &image.digest, "no-such-storage"), limits(), with_image).await, "no-such-storage");
-    assert_eq!(tasks_of(&pve, "download").await.len(), 1, "no further download was asked for");
+    assert_eq!(tasks_of(&pve, "download").await.len(), 2, "no further download was asked for");
 }
