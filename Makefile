@@ -40,6 +40,7 @@ bench:
 	cargo bench -p banlieue-tests --bench pools
 	cargo bench -p banlieue-tests --bench capi
 	cargo bench -p banlieue-imagebuilder --bench fetch
+	cargo bench -p banlieue-secrets --bench credentials
 	cargo bench -p banlieue-tests --bench images
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).

@@ -60,9 +60,15 @@ impl Pve {
                 match (username, password) {
                     (Some(username), Some(password)) => Auth::Ticket { username, password },
                     _ => {
-                        return Err(Error::InvalidSpec(
-                            "the Provider's Secret needs `token-id` and `token-secret`, or `username` and `password`".into(),
-                        ));
+                        // Say when a needed key is there but not granted.
+                        let grants = if config.credential_keys.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (credentialsRef.keys grants only {:?})", config.credential_keys)
+                        };
+                        return Err(Error::InvalidSpec(format!(
+                            "the Provider's credentials need `token-id` and `token-secret`, or `username` and `password`{grants}"
+                        )));
                     }
                 }
             }

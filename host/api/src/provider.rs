@@ -68,12 +68,73 @@ pub struct CredentialsRef {
     /// Secret name (kind Secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// KV v2 path, e.g. `secret/data/vsphere` (kind Vault).
+    /// The secret's path under the KV v2 mount, e.g. `infra/vcenter` (kind Vault).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// The keys the driver may read; all keys of the source when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
+    /// The KV v2 mount (kind Vault); `secret` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+    /// A KV version to read (kind Vault); the latest when absent, so a rotation is seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// Where Vault is and how banlieue logs in (kind Vault); the process's `--vault-addr`
+    /// and `VAULT_TOKEN` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault: Option<VaultConnection>,
+}
+
+/// A Vault (or OpenBao) server and the way banlieue authenticates to it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VaultConnection {
+    /// `https://vault:8200`; the process's `--vault-addr` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// PEM CA bundle trusted for Vault (system roots when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// How to log in: exactly one method.
+    pub auth: VaultAuthMethod,
+}
+
+/// How banlieue logs in to Vault. Exactly one is set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VaultAuthMethod {
+    /// AppRole: the role ID and secret ID are in a Secret of the Provider's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_role: Option<AppRoleAuth>,
+    /// Kubernetes auth: banlieue's service-account token, logged in as `role`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesAuth>,
+    /// A Vault token in a Secret of the Provider's namespace (key `token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret: Option<String>,
+}
+
+/// Vault's AppRole method.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppRoleAuth {
+    /// The Secret holding `role-id` and `secret-id`.
+    pub secret_name: String,
+    /// Where the method is mounted; `approle` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+}
+
+/// Vault's Kubernetes method.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesAuth {
+    /// The Vault role bound to banlieue's service account.
+    pub role: String,
+    /// Where the method is mounted; `kubernetes` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
 }
 
 /// Kinds of credential source.

@@ -34,6 +34,9 @@ pub struct RoleArgs {
     /// Reconciles run at once per controller.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// Seconds between two probes of a Provider (capacity, and rotated credentials).
+    #[arg(long, default_value_t = 60)]
+    pub probe_interval: u64,
     /// The image cache of the imagebuilder role (downloaded and converted images).
     #[arg(long, env = "BANLIEUE_IMAGE_CACHE_DIR", default_value = "/var/cache/banlieue/images")]
     pub image_cache_dir: PathBuf,
@@ -63,11 +66,11 @@ impl RoleArgs {
                 other => anyhow::bail!("unknown capability {other:?} in --allow-capabilities (http, libvirt, secrets)"),
             }
         }
-        let vault = match (&self.vault_addr, std::env::var("VAULT_TOKEN")) {
-            (Some(address), Ok(token)) => Some(VaultAccess { address: address.clone(), token: banlieue_secrets::SecretValue::new(token) }),
-            (Some(_), Err(_)) => anyhow::bail!("--vault-addr needs VAULT_TOKEN in the environment"),
-            (None, _) => None,
-        };
+        // Without VAULT_TOKEN, Providers log in themselves (credentialsRef.vault.auth).
+        let vault = self.vault_addr.as_ref().map(|address| VaultAccess {
+            address: address.clone(),
+            token: std::env::var("VAULT_TOKEN").ok().filter(|t| !t.is_empty()).map(banlieue_secrets::SecretValue::new),
+        });
         Ok(Options {
             builtin_dir: self.builtin_dir.clone(),
             component_dir: self.component_dir.clone(),
@@ -77,6 +80,7 @@ impl RoleArgs {
             leader_election: !self.no_leader_election,
             vault,
             concurrency: self.concurrency,
+            probe_interval: std::time::Duration::from_secs(self.probe_interval.max(1)),
             image_cache: Some(ImageCacheOptions {
                 dir: self.image_cache_dir.clone(),
                 limit_bytes: self.image_cache_gib.saturating_mul(1 << 30),

@@ -21,7 +21,7 @@ use banlieue_runtime::capability::log::Attribution;
 use banlieue_runtime::capability::secrets::SecretsGrant;
 use banlieue_runtime::capability::Grants;
 use banlieue_runtime::provider::ProviderConfig;
-use banlieue_secrets::{KubernetesSecret, VaultKv2};
+use banlieue_secrets::KubernetesSecret;
 use kube::ResourceExt;
 
 use crate::reasons::{Failure, Reason};
@@ -105,17 +105,17 @@ async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities)
                 let name = creds.name.clone().ok_or_else(|| GrantError::Invalid("credentialsRef of kind Secret needs a name".into()))?;
                 Arc::new(KubernetesSecret::new(ctx.client.clone(), namespace, name))
             }
-            CredentialsKind::Vault => {
-                let path = creds.path.clone().ok_or_else(|| GrantError::Invalid("credentialsRef of kind Vault needs a path".into()))?;
-                let vault = ctx.options.vault.clone().ok_or_else(|| {
-                    GrantError::Invalid("credentialsRef is a Vault path but banlieue runs without --vault-addr/VAULT_TOKEN".into())
-                })?;
-                Arc::new(VaultKv2::builder(vault.address, vault.token, path).build().map_err(|e| GrantError::Invalid(e.to_string()))?)
-            }
+            CredentialsKind::Vault => Arc::new(crate::vault::source(ctx, provider, creds).await?),
         };
         grants.secrets = Some(SecretsGrant::new(source, creds.keys.clone()));
     }
     Ok(grants)
+}
+
+/// Build `provider`'s grants afresh on the next call: its credentials could not be read or
+/// were refused, and what they come from (a Vault login's Secret) may have been fixed since.
+pub fn forget(ctx: &Context, provider: &Provider) {
+    ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&crate::key(provider));
 }
 
 /// The session scope of a Provider: a Provider recreated under the same name starts afresh.

@@ -31,6 +31,7 @@ pub mod reconciler;
 pub mod resolve;
 pub mod scheduling;
 pub mod status;
+pub mod vault;
 pub mod vm;
 
 use std::net::SocketAddr;
@@ -97,6 +98,8 @@ pub struct Options {
     pub vault: Option<VaultAccess>,
     /// Reconciles run at once per controller.
     pub concurrency: u16,
+    /// How often each Provider is probed (capacity, and whether its credentials rotated).
+    pub probe_interval: Duration,
     /// The image cache of the `imagebuilder` role (none: the role cannot run).
     pub image_cache: Option<ImageCacheOptions>,
     /// Where the `imagebuilder` role has VMImage builds pushed (none: builds are refused).
@@ -117,6 +120,7 @@ impl Default for Options {
             identity: format!("{}-{}", hostname(), std::process::id()),
             vault: None,
             concurrency: 32,
+            probe_interval: provider::PROBE_INTERVAL,
             namespace: None,
             image_cache: None,
             image_build: None,
@@ -150,7 +154,8 @@ fn hostname() -> String {
 #[derive(Clone)]
 pub struct VaultAccess {
     pub address: String,
-    pub token: banlieue_secrets::SecretValue,
+    /// For Providers whose `credentialsRef` names no `vault.auth`.
+    pub token: Option<banlieue_secrets::SecretValue>,
 }
 
 impl std::fmt::Debug for VaultAccess {
@@ -169,6 +174,8 @@ pub struct Context {
     pub readiness: Arc<Readiness>,
     pub options: Options,
     grants: grants::Cache,
+    /// Logged-in Vault clients, for Providers whose credentials live in Vault.
+    vault: vault::Clients,
     /// Backend sessions drivers keep between calls, one per Provider.
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// The image cache (role `imagebuilder`), when configured.
@@ -200,6 +207,7 @@ impl Context {
             readiness: Arc::default(),
             options,
             grants: grants::Cache::default(),
+            vault: vault::Clients::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
         }))

@@ -2,8 +2,10 @@
 //! Provider's grant and publish what it found — failure domains with labels, free
 //! capacity, available classes and features — and `Ready` with the reason when
 //! the backend is unreachable or refuses the credentials. Probes repeat every
-//! minute so capacity stays current; each first checks whether the credentials
-//! changed, and drops the Provider's backend session if they did.
+//! `--probe-interval` (a minute) so capacity stays current; each first reads the
+//! credentials (a Kubernetes Secret, or the latest version of a Vault path) and
+//! drops the Provider's backend session if they changed, so a rotation is used
+//! within one interval.
 //!
 //! banlieue watches no Secrets (it may only `get` the ones objects reference):
 //! credentials a backend refused are re-read every [`CREDENTIALS_RECHECK`] and
@@ -29,7 +31,7 @@ use crate::conditions::{self, READY};
 use crate::reconciler::{Frame, Outcome};
 use crate::{Context, Error};
 
-/// How often a healthy Provider is probed again.
+/// How often a healthy Provider is probed again, by default (`Options::probe_interval`).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 /// How often refused credentials are re-read to notice that they were fixed.
 pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(5);
@@ -82,20 +84,29 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
     let generation = provider.metadata.generation;
     let mut status = provider.status.clone().unwrap_or_default();
     let backend = crate::grants::backend(ctx, provider, &key).await;
-    let credentials = match &backend {
-        Ok(b) => credentials_fingerprint(b).await,
-        Err(_) => None,
+    let read = match &backend {
+        Ok(b) => read_credentials(b).await,
+        Err(_) => Ok(None),
     };
+    let credentials = read.as_ref().ok().copied().flatten();
     let refused = Refused { generation, credentials, at: Instant::now() };
     // Keyed by UID too: a Provider recreated under the same name is probed afresh.
     let memo_key = crate::grants::session_scope(provider);
-    if probes.refused().get(&memo_key).is_some_and(|was| was.holds(&refused)) {
+    if probes.refused().get(&memo_key).is_some_and(|was| was.holds(&refused, ctx.options.probe_interval)) {
         return Ok(Outcome::Requeue(CREDENTIALS_RECHECK));
     }
-    let outcome = match backend {
-        Ok(b) => probe(provider, ctx, b).await,
-        Err(failure) => Err(failure),
+    let outcome = match (backend, read) {
+        // Credentials that cannot be read, or a login Vault refused: the backend is not
+        // called (its machines are left as they are).
+        (Ok(_), Err(failure)) => Err(failure),
+        (Ok(b), Ok(_)) => probe(provider, ctx, b).await,
+        (Err(failure), _) => Err(failure),
     };
+    // Credentials refused or unreadable: the grants are built afresh next time, in case what
+    // they come from (a Vault login's Secret) was fixed.
+    if matches!(&outcome, Err((r, _, _)) if [Reason::CredentialsRefused, Reason::CredentialsUnavailable, Reason::CredentialsNotFound].contains(r)) {
+        crate::grants::forget(ctx, provider);
+    }
     {
         let mut memo = probes.refused();
         // Providers deleted since are forgotten here.
@@ -113,7 +124,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
             let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
             let message = format!("{version}; {} failure domain(s)", status.failure_domains.len());
             conditions::set(&mut status.conditions, READY, true, Reason::Probed, message, generation);
-            Outcome::Requeue(PROBE_INTERVAL)
+            Outcome::Requeue(ctx.options.probe_interval)
         }
         Err((reason, message, retryable)) => {
             let was_ready = conditions::is_true(&status.conditions, READY);
@@ -124,7 +135,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
             match (reason == Reason::CredentialsRefused, retryable) {
                 (true, _) => Outcome::Requeue(CREDENTIALS_RECHECK),
                 (false, true) => Outcome::Retry,
-                (false, false) => Outcome::Requeue(PROBE_INTERVAL),
+                (false, false) => Outcome::Requeue(ctx.options.probe_interval),
             }
         }
     };
@@ -148,7 +159,7 @@ async fn probe(provider: &Provider, ctx: &Context, b: crate::grants::Backend) ->
 
 
 /// A probe the backend refused: probed again only when the Provider or its
-/// credentials change, or after [`PROBE_INTERVAL`].
+/// credentials change, or after the probe interval.
 #[derive(Debug)]
 pub(crate) struct Refused {
     generation: Option<i64>,
@@ -157,13 +168,25 @@ pub(crate) struct Refused {
 }
 
 impl Refused {
-    fn holds(&self, now: &Refused) -> bool {
-        self.generation == now.generation && self.credentials == now.credentials && now.at.duration_since(self.at) < PROBE_INTERVAL
+    fn holds(&self, now: &Refused, interval: Duration) -> bool {
+        self.generation == now.generation && self.credentials == now.credentials && now.at.duration_since(self.at) < interval
     }
 }
 
-async fn credentials_fingerprint(b: &crate::grants::Backend) -> Option<[u8; 32]> {
-    b.grants.secrets.as_ref()?.fingerprint().await.ok()
+/// The fingerprint of the Provider's credentials (none without a secrets grant). Their
+/// source being unreachable (`CredentialsUnavailable`) or refusing banlieue
+/// (`CredentialsRefused`) or holding none of the granted keys (`CredentialsNotFound`) is
+/// reported as such; anything else (one key missing) is the driver's to report.
+async fn read_credentials(b: &crate::grants::Backend) -> Result<Option<[u8; 32]>, Failure> {
+    use banlieue_runtime::capability::WitError;
+    let Some(secrets) = b.grants.secrets.as_ref() else { return Ok(None) };
+    match secrets.fingerprint().await {
+        Ok(f) => Ok(Some(f)),
+        Err(WitError::Unavailable(m)) => Err((Reason::CredentialsUnavailable, format!("cannot read the credentials: {m}"), true)),
+        Err(WitError::Denied(m)) => Err((Reason::CredentialsRefused, format!("the credentials' source refused banlieue: {m}"), false)),
+        Err(WitError::NotFound(m)) => Err((Reason::CredentialsNotFound, m, true)),
+        Err(_) => Ok(None),
+    }
 }
 
 fn failure_domains(inventory: &Inventory) -> Vec<FailureDomain> {

@@ -6,6 +6,7 @@
 
 pub mod fakepve;
 pub mod libvirtd;
+pub mod openbao;
 pub mod registry;
 pub mod vcsim;
 

@@ -49,16 +49,25 @@ impl SecretsGrant {
     /// A digest of every granted key's value (keyed per process, so it says nothing
     /// about the values), to notice rotated credentials without keeping them. A key
     /// with no value counts as empty.
+    /// When the source holds none of the granted keys (a Secret or Vault path that is not
+    /// there), that is `not-found`, with the source's words.
     pub async fn fingerprint(&self) -> Result<[u8; 32], WitError> {
         static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
         let mut h = blake3::Hasher::new_keyed(KEY.get_or_init(rand::random));
+        let mut missing = Vec::new();
         for key in &self.keys {
             let value = match self.get(key).await {
-                Err(WitError::NotFound(_)) => String::new(),
+                Err(WitError::NotFound(m)) => {
+                    missing.push(m);
+                    String::new()
+                }
                 other => other?,
             };
             h.update(&(key.len() as u64).to_le_bytes()).update(key.as_bytes());
             h.update(&(value.len() as u64).to_le_bytes()).update(value.as_bytes());
+        }
+        if !self.keys.is_empty() && missing.len() == self.keys.len() {
+            return Err(WitError::NotFound(format!("{}: none of the granted keys is there ({})", self.source.describe(), missing.join("; "))));
         }
         Ok(*h.finalize().as_bytes())
     }
