@@ -9,8 +9,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: C toolchain, libvirt (client library for the virt crate, the
 # daemon's drivers for tests; never libvirt-daemon-system), the OCI registry,
-# govmomi's vSphere simulator source (built into vcsim below), buildah for the image.
-apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah)
+# govmomi's vSphere simulator source (built into vcsim below), buildah for the image,
+# mtools to read NoCloud seeds back in tests.
+apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah mtools)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,7 @@ use kube::runtime::watcher;
 use kube::Client;
 
 pub mod bench;
+pub mod bootstrap;
 pub mod control;
 pub mod files;
 

@@ -288,7 +288,17 @@ impl Driver for Libvirt {
                     existing.uuid, machine.uid
                 )));
             }
-            ensure_power(&name, existing.state, machine.power_state, &CREATE_POWER_OFF)?;
+            // libvirt starts a domain paused, then resumes it: one found paused while its
+            // machine is still being created was left so by an interrupted start (nothing
+            // suspends a machine banlieue has not finished making). It has not run: start it
+            // afresh. A machine already made keeps the rule: banlieue does not resume VMs.
+            let mut state = existing.state;
+            if state == DomainState::Paused && machine.power_state == PowerState::PoweredOn {
+                warn!("libvirt domain {name} was left paused by an interrupted start; starting it afresh");
+                ignore_not_found(libvirt::domain_destroy(&name))?;
+                state = DomainState::Shutoff;
+            }
+            ensure_power(&name, state, machine.power_state, &CREATE_POWER_OFF)?;
             return describe_domain(config, &name);
         }
         // (A UID already used by a domain of another name is refused by libvirt's define.)

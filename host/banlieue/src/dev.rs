@@ -62,15 +62,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         apply(&client, object).await?;
     }
 
-    let mut options = args.roles.options()?;
-    // One process by construction: no Lease to wait for after a restart.
-    options.leader_election = false;
-    if options.cache_dir.is_none() {
-        options.cache_dir = Some(args.data_dir.join("component-cache"));
-    }
-    // The image cache in the data directory, and plain http allowed (local test servers).
+    let mut options = args.roles.one_process_options(&args.data_dir)?;
+    // Plain http allowed for images (local test servers).
     if let Some(images) = &mut options.image_cache {
-        images.dir = args.data_dir.join("image-cache");
         if !images.schemes.iter().any(|s| s == "http") {
             images.schemes.push("http".into());
         }
@@ -205,16 +199,21 @@ fn dev_objects(libvirt_uri: &str) -> Vec<serde_json::Value> {
     ]
 }
 
-async fn apply(client: &kube::Client, object: serde_json::Value) -> anyhow::Result<()> {
+/// Server-side apply one object (any kind banlieue or Kubernetes serves).
+pub(crate) async fn apply(client: &kube::Client, object: serde_json::Value) -> anyhow::Result<()> {
     let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
         None => (String::new(), object["apiVersion"].as_str().unwrap_or_default().to_string()),
     };
     let kind = object["kind"].as_str().unwrap_or_default().to_string();
-    let plural = match kind.as_str() {
-        "ProviderClass" => "providerclasses".to_string(),
-        "PlacementPolicy" => "placementpolicies".to_string(),
-        k => format!("{}s", k.to_ascii_lowercase()),
+    // The plurals of every kind banlieue and the config files use.
+    let lower = kind.to_ascii_lowercase();
+    let plural = if lower.ends_with('s') {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
     };
     let resource = ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(&group, &version, &kind), &plural);
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();

@@ -1,5 +1,6 @@
 //! `banlieue`: every role of the control plane, the development environment and tools.
 
+mod bootstrap;
 mod component;
 mod crds;
 mod dev;
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Run the embedded API server with the CRDs installed and every role, on this machine.
     Dev(dev::DevArgs),
+    /// Make a management cluster's VMs with a temporary control plane, then move banlieue's
+    /// objects into the new cluster (resumable).
+    Bootstrap(bootstrap::BootstrapArgs),
     /// Run every role against the cluster in KUBECONFIG (or in-cluster).
     Run(roles::RoleArgs),
     /// Run the VirtualMachine controller.
@@ -65,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Dev(args) => dev::run(args).await,
+        Command::Bootstrap(args) => bootstrap::run(args).await,
         Command::Run(args) => roles::run(args, Roles::ALL).await,
         Command::Controller(args) => roles::run(args, Roles { controller: true, ..Roles::default() }).await,
         Command::Provider(args) => roles::run(args, Roles { provider: true, ..Roles::default() }).await,

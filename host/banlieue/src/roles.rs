@@ -55,6 +55,21 @@ pub struct RoleArgs {
 }
 
 impl RoleArgs {
+    /// The options of a control plane that is one process on this machine (`dev`,
+    /// `bootstrap`): no Lease to wait for after a restart, and the component and image
+    /// caches in `data_dir` (unless a component cache was named).
+    pub fn one_process_options(&self, data_dir: &std::path::Path) -> anyhow::Result<Options> {
+        let mut options = self.options()?;
+        options.leader_election = false;
+        if options.cache_dir.is_none() {
+            options.cache_dir = Some(data_dir.join("component-cache"));
+        }
+        if let Some(images) = &mut options.image_cache {
+            images.dir = data_dir.join("image-cache");
+        }
+        Ok(options)
+    }
+
     pub fn options(&self) -> anyhow::Result<Options> {
         let mut allowed = RequestedCapabilities::default();
         for c in &self.allow_capabilities {

@@ -18,7 +18,7 @@ pub mod conditions;
 mod finalizer;
 pub mod grants;
 pub mod images;
-mod infra_kinds;
+pub mod infra_kinds;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
@@ -266,11 +266,13 @@ impl Context {
     /// Time a component call and count its outcome.
     pub async fn call<T>(&self, component: &str, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
         let start = Instant::now();
+        tracing::debug!(component, function, "component call");
         let result = fut.await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => reasons::Reason::of_call(e).as_str(),
         };
+        tracing::debug!(component, function, outcome, elapsed = ?start.elapsed(), "component call returned");
         self.metrics.component_call(component, function, start.elapsed(), outcome);
         result
     }

@@ -84,7 +84,7 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("machine"))
         .await;
 }
 
@@ -218,9 +218,18 @@ async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> R
     crate::grants::backend(ctx, &provider, &crate::key(m)).await
 }
 
+/// Set on a Machine moved from another cluster (`banlieue bootstrap`): the UID the machine
+/// had where it was created, which its backend VM is keyed by.
+pub const BACKEND_UID: &str = "banlieue.io/backend-uid";
+
+/// What the driver knows the machine by: its UID where it was created.
+pub fn backend_uid(m: &DynamicObject) -> String {
+    m.annotations().get(BACKEND_UID).cloned().filter(|u| !u.is_empty()).unwrap_or_else(|| m.uid().unwrap_or_default())
+}
+
 fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
     MachineRef {
-        uid: m.uid().unwrap_or_default(),
+        uid: backend_uid(m),
         name: m.name_any(),
         namespace: m.namespace().unwrap_or_default(),
         provider_id: spec.provider_id.clone(),
@@ -331,7 +340,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
         Ok(()) => {
             ctx.event(&m.object_ref(&kind.resource), false, Reason::Deleted, "Delete", "backend VM and its disks removed").await;
             finalizer::remove(api, m, FINALIZER).await?;
-            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&m.uid().unwrap_or_default());
+            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&backend_uid(m));
             Ok(Outcome::AwaitChange)
         }
         Err((reason, message, _)) => {
@@ -371,7 +380,7 @@ async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) 
     };
     let image = image_source(&vm.image).ok_or_else(|| (Reason::NoImageSource, "the machine's image has no template, backingFile or url".into(), false))?;
     Ok(Machine {
-        uid: m.uid().unwrap_or_default(),
+        uid: backend_uid(m),
         name: m.name_any(),
         namespace: ns,
         cpus: vm.cpus,

@@ -47,7 +47,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             |class, err, frames| frames.classes.error_policy(&class, err),
             frames.clone(),
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::reconciler::log_run("providerclass"));
     let policies = policies
         .graceful_shutdown_on(stop_b)
         .run(
@@ -55,7 +55,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             |policy, err, frames| frames.policies.error_policy(&policy, err),
             frames,
         )
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::reconciler::log_run("placementpolicy"));
     futures::future::join(classes, policies).await;
     Ok(())
 }

@@ -67,7 +67,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |p, err, probes| probes.frame.error_policy(&p, err), probes)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("provider"))
         .await;
     Ok(())
 }

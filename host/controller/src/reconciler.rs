@@ -57,7 +57,9 @@ where
     /// Run one reconcile of `obj` and decide the next look.
     pub async fn reconcile(&self, obj: &K, work: impl Future<Output = Result<Outcome, Error>>) -> Result<Action, Error> {
         let start = Instant::now();
+        tracing::debug!(controller = self.name, object = %crate::key(obj), "reconcile");
         let result = work.await;
+        tracing::debug!(controller = self.name, object = %crate::key(obj), outcome = ?result.as_ref().map_err(|e| e.to_string()), "reconciled");
         self.ctx.metrics.reconciled(self.name, start.elapsed(), result.as_ref().err().map(|_| "Error"));
         let key = ObjectRef::from_obj_with(obj, self.dyntype.clone());
         Ok(match result? {
@@ -118,6 +120,39 @@ pub fn dynamic_controller(
     (controller, store, frame)
 }
 
+/// Waits until a controller's caches are ready, for every reconcile at once.
+///
+/// kube-runtime's `Store::wait_until_ready` keeps a single waker (a oneshot receiver shared
+/// by every waiter): of several reconciles waiting side by side, only the last to poll is
+/// woken, and the others wait forever (their object is never reconciled again, every later
+/// trigger queued behind the stuck one). So one reconcile waits on the stores and the others
+/// wait on it, through a once-cell that wakes them all.
+#[derive(Default)]
+pub struct CachesReady(tokio::sync::OnceCell<()>);
+
+impl CachesReady {
+    /// Run `wait` (the stores' `wait_until_ready`) once; everyone returns when it has.
+    pub async fn wait<F: Future<Output = Result<(), Error>>>(&self, wait: impl FnOnce() -> F) -> Result<(), Error> {
+        self.0.get_or_try_init(wait).await.map(|_| ())
+    }
+}
+
+/// What a controller's run stream yields, logged: the runtime's own failures (an object it
+/// was asked about but no longer finds, a queue error) would otherwise pass unseen.
+/// (Reconcile errors are logged by [`Frame::error_policy`].)
+pub fn log_run<T, E: std::error::Error, Q: std::error::Error>(
+    controller: &'static str,
+) -> impl FnMut(Result<T, kube::runtime::controller::Error<E, Q>>) -> std::future::Ready<()> {
+    move |result| {
+        if let Err(e) = result {
+            if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
+                tracing::debug!(controller, error = %e, "controller runtime");
+            }
+        }
+        std::future::ready(())
+    }
+}
+
 /// The wait before the `n`th retry in a row.
 pub fn backoff_after(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(MAX_BACKOFF)
@@ -145,6 +180,30 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
+
+    /// Regression: reconciles waiting side by side for a cache (the first VMs of a resumed
+    /// `banlieue bootstrap`) must all go on once it is ready, not only the last one to wait.
+    #[tokio::test(flavor = "current_thread")]
+    async fn every_reconcile_waiting_for_the_caches_goes_on_once_they_are_ready() {
+        let (reader, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let gate = Arc::new(CachesReady::default());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (gate, reader) = (gate.clone(), reader.clone());
+                tokio::spawn(async move { gate.wait(|| async { reader.wait_until_ready().await.map_err(|e| Error::Other(e.to_string())) }).await })
+            })
+            .collect();
+        // Every waiter polls (and parks) before the cache is filled.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        for w in waiters {
+            let done = tokio::time::timeout(Duration::from_secs(5), w).await;
+            assert!(matches!(done, Ok(Ok(Ok(())))), "a waiter was left behind: {done:?}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_one_second_to_the_cap() {

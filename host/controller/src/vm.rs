@@ -33,7 +33,7 @@ use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::infra_kinds::PAUSED_ANNOTATION;
 use crate::reasons::Reason;
-use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::reconciler::{acted_on, CachesReady, Frame, Outcome};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
@@ -48,16 +48,20 @@ struct State {
     images: Store<VMImage>,
     providers: Store<Provider>,
     provider_classes: Store<ProviderClass>,
+    caches_ready: CachesReady,
 }
 
 impl State {
     async fn ready(&self) -> Result<(), Error> {
-        let not_ready = |_| Error::Other("a cache's watch stopped".into());
-        self.classes.wait_until_ready().await.map_err(not_ready)?;
-        self.images.wait_until_ready().await.map_err(not_ready)?;
-        self.providers.wait_until_ready().await.map_err(not_ready)?;
-        self.provider_classes.wait_until_ready().await.map_err(not_ready)?;
-        Ok(())
+        self.caches_ready
+            .wait(|| async {
+                let not_ready = |_| Error::Other("a cache's watch stopped".into());
+                self.classes.wait_until_ready().await.map_err(not_ready)?;
+                self.images.wait_until_ready().await.map_err(not_ready)?;
+                self.providers.wait_until_ready().await.map_err(not_ready)?;
+                self.provider_classes.wait_until_ready().await.map_err(not_ready)
+            })
+            .await
     }
 }
 
@@ -110,7 +114,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ());
-    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes });
+    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default() });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -121,7 +125,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |vm, err, state| state.frame.error_policy(&vm, err), state)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("virtualmachine"))
         .await;
     Ok(())
 }

@@ -143,6 +143,20 @@ impl Libvirtd {
             .unwrap_or_default()
     }
 
+    /// A file of the domain's NoCloud seed (the FAT volume `<domain>_cidata.img` in the test
+    /// pool), read back from libvirt: downloaded with `virsh vol-download`, read with mtools.
+    pub fn seed_file(&self, domain: &str, file: &str) -> Result<String> {
+        let dir = tempfile::tempdir()?;
+        let image = dir.path().join("seed.img");
+        let image_path = image.display().to_string();
+        self.virsh(&["vol-download", "--pool", &self.pool, &format!("{domain}_cidata.img"), &image_path])?;
+        let out = Command::new("timeout").args(["60", "mcopy", "-n", "-i", &image_path, &format!("::{file}"), "-"]).output().context("running mcopy (Debian mtools)")?;
+        if !out.status.success() {
+            bail!("mcopy ::{file} from the seed of {domain}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Remove a domain and the pool's volumes starting with `prefix` (cleanup after a failed test).
     pub fn remove(&self, domain: &str, prefix: &str) {
         let _ = self.virsh(&["destroy", domain]);

@@ -87,7 +87,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |c, err, kind| kind.frame.error_policy(&c, err), kind)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("cluster"))
         .await;
 }
 

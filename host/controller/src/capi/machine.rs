@@ -81,7 +81,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("capi-machine"))
         .await;
 }
 

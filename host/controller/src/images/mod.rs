@@ -99,7 +99,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             |image, err, s| s.frame.error_policy(&image, err),
             images_state,
         )
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("vmimage"))
         .await;
     Ok(())
 }

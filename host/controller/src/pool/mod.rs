@@ -58,6 +58,7 @@ struct Pools {
     ctx: Arc<Context>,
     frame: Frame<VirtualMachinePool>,
     vms: Store<VirtualMachine>,
+    vms_ready: crate::reconciler::CachesReady,
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
@@ -75,7 +76,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     )
     .default_backoff()
     .touched_objects();
-    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()), vms });
+    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()), vms, vms_ready: Default::default() });
     Controller::for_stream(pool_changes, store)
         // A member's change (Ready, deleted) is its pool's business.
         .watches_stream(member_changes, |vm: VirtualMachine| {
@@ -89,13 +90,13 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |pool, err, pools| pools.frame.error_policy(&pool, err), pools)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::reconciler::log_run("pool"))
         .await;
     Ok(())
 }
 
 async fn reconcile(pool: Arc<VirtualMachinePool>, pools: Arc<Pools>) -> Result<Action, Error> {
-    pools.vms.wait_until_ready().await.map_err(|_| Error::Other("the VM cache's watch stopped".into()))?;
+    pools.vms_ready.wait(|| async { pools.vms.wait_until_ready().await.map_err(|_| Error::Other("the VM cache's watch stopped".into())) }).await?;
     pools.frame.reconcile(&pool, reconcile_pool(&pool, &pools)).await
 }
 
