@@ -39,6 +39,7 @@ bench:
 	cargo bench -p banlieue-tests --bench libvirtd
 	cargo bench -p banlieue-tests --bench pools
 	cargo build --release -p banlieue && cargo bench -p banlieue-tests --bench bootstrap
+	cargo bench -p banlieue-tests --bench throttle
 	cargo bench -p banlieue-tests --bench capi
 	cargo bench -p banlieue-imagebuilder --bench fetch
 	cargo bench -p banlieue-secrets --bench credentials

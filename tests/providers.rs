@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::common::{MachinePhase, PowerState};
 use banlieue_api::{Provider, VirtualMachine};
 use banlieue_test_backends::fakepve::{self, FakePve};
-use banlieue_test_backends::libvirtd::Libvirtd;
+use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::control::{apply, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
@@ -875,4 +875,49 @@ async fn sigkill_in_the_middle_of_create_and_of_delete_leaves_one_domain_then_no
 /// Poll a backend query until it holds, at most `secs`.
 async fn wait_backend(what: &str, secs: u64, mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
     banlieue_test_backends::libvirtd::wait_for(what, Duration::from_secs(secs), || Ok(check()?.then_some(()))).await
+}
+
+/// Backend protection: a Provider with `limits.maxConcurrentOperations: 1` gets its machines'
+/// creates one after the other — checked on libvirtd's own event stream (each domain is
+/// defined and started before the next is defined) — and the machines kept waiting say so
+/// (`Queued`), then all come up.
+#[tokio::test]
+async fn a_provider_operation_limit_makes_its_vms_take_turns_on_libvirtd() -> anyhow::Result<()> {
+    let env = TestEnv::start("limits").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let mut provider = libvirtd_provider(&env, lv, KVM, &n.provider_class);
+    provider["spec"]["limits"] = json!({"maxConcurrentOperations": 1, "operationsPerSecond": 100});
+    apply(&env.client, provider).await?;
+
+    // libvirtd's own account of what happens, subscribed before the first VM.
+    let mut events = EventLog::subscribe(lv, env.dir(), &format!("{}_sentinel", env.ns)).await?;
+
+    let names: Vec<String> = (0..4).map(|i| format!("turn-{i}")).collect();
+    for name in &names {
+        apply(&env.client, vm(&env, name, &n, KVM, json!({"powerOffMode": "Hard"}))).await?;
+    }
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    for name in &names {
+        wait_for(&vms, name, BOOT_SECS, "Ready", is_ready).await?;
+    }
+    // Every domain's Defined and Started, as libvirtd reported them: one after the other.
+    let prefix = format!("{}_turn-", env.ns);
+    let spans = events.creates(&prefix, names.len(), Duration::from_secs(30)).await?;
+    assert_eq!(peak_concurrent(&spans), 1, "libvirtd had two creates under way at once: {spans:#?}");
+    // The machines that waited said so.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let queued = events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("Queued")).count();
+    assert!(queued >= 1, "a machine kept waiting records a Queued event");
+
+    for name in &names {
+        vms.delete(name, &Default::default()).await?;
+    }
+    for name in &names {
+        await_deleted(&vms, name).await?;
+    }
+    assert!(lv.domains(&prefix)?.is_empty());
+    Ok(())
 }

@@ -229,7 +229,9 @@ pub async fn libvirt_fixtures(env: &TestEnv, providers: &[(&str, &str)]) -> anyh
     for (name, uri) in providers {
         objects.push(serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": ns},
                "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}));
+                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
+                        // libvirt's test driver needs no protection (tests of the throttle use libvirtd).
+                        "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}));
     }
     for object in objects {
         apply(&env.client, object).await?;

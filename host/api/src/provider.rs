@@ -37,6 +37,39 @@ pub struct ProviderSpec {
     /// What the backend offers, in abstract terms.
     #[serde(default)]
     pub capabilities: ProviderCapabilities,
+    /// How hard banlieue may drive the backend (defaults suit a vCenter or a Proxmox VE node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ProviderLimits>,
+}
+
+/// Limits on the work banlieue sends a backend: machines beyond them wait their turn
+/// (`Ready=False`, reason `Queued`) instead of reaching the backend all at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderLimits {
+    /// Operations changing the backend (create, power changes, delete) in flight at once,
+    /// per banlieue process (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_concurrent_operations: Option<u32>,
+    /// Such operations started per second at most, with bursts of as many (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub operations_per_second: Option<u32>,
+}
+
+impl ProviderLimits {
+    pub const DEFAULT_MAX_CONCURRENT_OPERATIONS: u32 = 4;
+    pub const DEFAULT_OPERATIONS_PER_SECOND: u32 = 10;
+
+    /// (concurrent operations, operations per second), defaults filled in.
+    pub fn effective(limits: Option<&ProviderLimits>) -> (u32, u32) {
+        let l = limits.copied().unwrap_or_default();
+        (
+            l.max_concurrent_operations.unwrap_or(Self::DEFAULT_MAX_CONCURRENT_OPERATIONS).max(1),
+            l.operations_per_second.unwrap_or(Self::DEFAULT_OPERATIONS_PER_SECOND).max(1),
+        )
+    }
 }
 
 /// Connection to a backend.

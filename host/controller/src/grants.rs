@@ -145,6 +145,8 @@ pub struct Backend {
     pub driver: std::sync::Arc<crate::components::LoadedDriver>,
     pub config: ProviderConfig,
     pub grants: Grants,
+    /// The Provider's operation slots and rate (`spec.limits`).
+    pub throttle: std::sync::Arc<crate::throttle::Throttle>,
 }
 
 
@@ -166,5 +168,6 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
         .await
         .map_err(|e| (Reason::of_grant(&e), e.to_string(), true))?;
-    Ok(Backend { class: class_name, image_format: class.spec.image_format, driver, config, grants })
+    let throttle = ctx.throttles.of(&crate::key(provider), provider.spec.limits.as_ref());
+    Ok(Backend { class: class_name, image_format: class.spec.image_format, driver, config, grants, throttle })
 }

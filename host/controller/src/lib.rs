@@ -31,6 +31,7 @@ pub mod reconciler;
 pub mod resolve;
 pub mod scheduling;
 pub mod status;
+pub mod throttle;
 pub mod vault;
 pub mod vm;
 
@@ -182,6 +183,8 @@ pub struct Context {
     pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
+    /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
+    pub throttles: throttle::Throttles,
 }
 
 impl Context {
@@ -210,6 +213,7 @@ impl Context {
             vault: vault::Clients::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
+            throttles: throttle::Throttles::default(),
         }))
     }
 

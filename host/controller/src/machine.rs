@@ -177,9 +177,9 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
                 st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
             }
             if changed {
-                ctx.event(&m.object_ref(&kind.resource), true, reason, "Reconcile", message).await;
+                ctx.event(&m.object_ref(&kind.resource), reason != Reason::Queued, reason, "Reconcile", message).await;
             }
-            if retryable { Outcome::Retry } else { Outcome::AwaitChange }
+            after_failure(reason, retryable)
         }
     };
     write_status(&api, m, st).await?;
@@ -241,6 +241,21 @@ async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Ou
     ctx.call(&b.class, function, fut).await.map_err(|e| call_failure(&e))
 }
 
+/// A slot for an operation that changes the backend, or `Queued` (see [`crate::throttle`]).
+fn operation(b: &Backend) -> Result<crate::throttle::Operation, Failure> {
+    b.throttle.start().map_err(|q| (Reason::Queued, q.to_string(), true))
+}
+
+/// What a failed reconcile does next: queued work comes back soon (spread), anything else
+/// retryable backs off.
+fn after_failure(reason: Reason, retryable: bool) -> Outcome {
+    match (reason, retryable) {
+        (Reason::Queued, _) => Outcome::Requeue(crate::throttle::recheck_after()),
+        (_, true) => Outcome::Retry,
+        (_, false) => Outcome::AwaitChange,
+    }
+}
+
 /// Bring the backend VM to the spec: create (idempotent), then power and restart.
 async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {
     let r = machine_ref(m, spec);
@@ -263,6 +278,7 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
         Some(s) => s,
         None => {
             let machine = wit_machine(ctx, m, spec).await?;
+            let _op = operation(b)?;
             let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
             // A machine just made needs no restart for a request older than itself.
@@ -274,10 +290,12 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
     let off = power_off(spec);
     let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
     if restart && spec.vm.power_state == PowerState::PoweredOn {
+        let _op = operation(b)?;
         call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
         observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
         ctx.event(&m.object_ref(resource), false, Reason::Restarted, "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
     } else if observed.power_state != want {
+        let _op = operation(b)?;
         observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
     }
     if restart {
@@ -330,6 +348,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
     let outcome = async {
         let b = backend(ctx, m, spec).await?;
         let r = machine_ref(m, spec);
+        let _op = operation(&b)?;
         match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
             Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
             Err(e) => Err(call_failure(&e)),
@@ -347,10 +366,13 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
             // The finalizer stays: without the backend's word the VM may still exist.
             let mut st = status(m);
             let message = format!("cannot delete the backend VM yet: {message}");
+            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason);
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), m.metadata.generation);
-            ctx.event(&m.object_ref(&kind.resource), true, reason, "Delete", message).await;
+            if changed || reason != Reason::Queued {
+                ctx.event(&m.object_ref(&kind.resource), reason != Reason::Queued, reason, "Delete", message).await;
+            }
             write_status(api, m, st).await?;
-            Ok(Outcome::Retry)
+            Ok(after_failure(reason, true))
         }
     }
 }

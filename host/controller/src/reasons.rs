@@ -49,7 +49,7 @@ reasons! {
     // Placement.
     NoCandidates, InvalidDecision, PlacementPolicyNotReady, MigrationPending, MigrationDisabled,
     // Backends and drivers.
-    BackendUnavailable, CredentialsRefused, CredentialsUnavailable, CredentialsNotFound, NotFound, DriverError, DriverNotReady,
+    BackendUnavailable, Queued, CredentialsRefused, CredentialsUnavailable, CredentialsNotFound, NotFound, DriverError, DriverNotReady,
     // Components: fetching, verifying, loading, running.
     Unsigned, VerificationFailed, InvalidArtifact, FetchFailed, SourceInvalid, PullSecretInvalid,
     CapabilitiesNotAllowed, NotLoaded, CRDInstallFailed, InvalidComponent, IncompatibleContract,

@@ -192,3 +192,125 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// libvirtd's own account of domain lifecycle events (`virsh event --all --loop
+/// --timestamp`), subscribed for as long as this lives.
+pub struct EventLog {
+    rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+    _virsh: tokio::process::Child,
+    /// Per domain: when libvirtd reported it Defined and Started (first of each).
+    seen: std::collections::BTreeMap<String, (Option<String>, Option<String>)>,
+}
+
+/// One domain's create as libvirtd saw it: from Defined to Started.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CreateSpan {
+    pub defined: String,
+    pub started: String,
+    pub domain: String,
+}
+
+impl EventLog {
+    /// Subscribe, and return once the subscription is live: a sentinel domain (named with
+    /// `scratch`'s file name) is defined and undefined until its event comes through.
+    pub async fn subscribe(lv: &Libvirtd, scratch: &Path, sentinel: &str) -> Result<EventLog> {
+        let mut virsh = tokio::process::Command::new("virsh")
+            .args(["-c", &lv.uri, "event", "--all", "--loop", "--timestamp"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("running virsh event")?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let stdout = virsh.stdout.take().context("virsh stdout")?;
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        let mut log = EventLog { rx, _virsh: virsh, seen: Default::default() };
+        let xml = scratch.join(format!("{sentinel}.xml"));
+        std::fs::write(&xml, format!("<domain type='qemu'><name>{sentinel}</name><memory unit='MiB'>16</memory><os><type arch='x86_64'>hvm</type></os></domain>"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let _ = lv.virsh(&["define", &xml.to_string_lossy()]);
+            let _ = lv.virsh(&["undefine", sentinel]);
+            // One round trip later the event is there, or the subscription was not live yet.
+            while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), log.rx.recv()).await {
+                if line.contains(sentinel) {
+                    return Ok(log);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("virsh event showed nothing of the sentinel domain {sentinel} within 30s");
+            }
+        }
+    }
+
+    /// Wait (at most `timeout`) until `count` domains named `prefix…` were seen defined and
+    /// started; their spans, earliest first.
+    pub async fn creates(&mut self, prefix: &str, count: usize, timeout: Duration) -> Result<Vec<CreateSpan>> {
+        let done = |seen: &std::collections::BTreeMap<String, (Option<String>, Option<String>)>| {
+            seen.iter().filter(|(d, (def, st))| d.starts_with(prefix) && def.is_some() && st.is_some()).count() >= count
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !done(&self.seen) {
+            let line = match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(line)) => line,
+                _ => bail!("libvirtd reported {} of {count} creates of {prefix}… within {timeout:?}: {:?}", self.seen.len(), self.seen),
+            };
+            // "<date> <time>+0000: event 'lifecycle' for domain '<name>': Started Booted"
+            let (Some((ts, rest)), Some(domain)) = (line.split_once(": event"), line.split("for domain '").nth(1).and_then(|r| r.split('\'').next())) else {
+                continue;
+            };
+            let entry = self.seen.entry(domain.to_string()).or_default();
+            let what = rest.rsplit("': ").next().unwrap_or_default();
+            if what.starts_with("Defined") && entry.0.is_none() {
+                entry.0 = Some(ts.to_string());
+            } else if what.starts_with("Started") && entry.1.is_none() {
+                entry.1 = Some(ts.to_string());
+            }
+        }
+        // (Timestamps of one format and zone sort as text.)
+        let mut spans: Vec<CreateSpan> = self
+            .seen
+            .iter()
+            .filter(|(d, _)| d.starts_with(prefix))
+            .filter_map(|(d, (def, st))| Some(CreateSpan { defined: def.clone()?, started: st.clone()?, domain: d.clone() }))
+            .collect();
+        spans.sort();
+        Ok(spans)
+    }
+}
+
+/// The most creates libvirtd had under way at once (spans overlapping in time).
+pub fn peak_concurrent(spans: &[CreateSpan]) -> usize {
+    let mut edges: Vec<(&str, i32)> = spans.iter().flat_map(|s| [(s.defined.as_str(), 1), (s.started.as_str(), -1)]).collect();
+    // At one instant, an end before a start: back-to-back creates do not overlap.
+    edges.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, delta) in edges {
+        now += delta;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(d: &str, defined: &str, started: &str) -> CreateSpan {
+        CreateSpan { defined: defined.into(), started: started.into(), domain: d.into() }
+    }
+
+    #[test]
+    fn back_to_back_creates_do_not_overlap_and_interleaved_ones_do() {
+        let serial = [span("a", "12:00:00.100", "12:00:00.300"), span("b", "12:00:00.300", "12:00:00.500")];
+        assert_eq!(peak_concurrent(&serial), 1);
+        let two = [span("a", "12:00:00.100", "12:00:00.400"), span("b", "12:00:00.200", "12:00:00.500"), span("c", "12:00:00.450", "12:00:00.600")];
+        assert_eq!(peak_concurrent(&two), 2);
+        assert_eq!(peak_concurrent(&[]), 0);
+    }
+}

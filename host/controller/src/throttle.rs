@@ -1,0 +1,161 @@
+//! Backend protection: per Provider, how many operations changing the backend run at once
+//! and how many start per second (`Provider.spec.limits`).
+//!
+//! A machine whose operation finds no slot or no token does not wait inside its reconcile
+//! (that would hold one of the controller's concurrent reconciles, starving the machines of
+//! other Providers): it says `Queued` and is looked at again shortly. Limits are per process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_api::provider::ProviderLimits;
+
+/// The throttles of this process, one per Provider (`namespace/name`).
+#[derive(Default)]
+pub struct Throttles {
+    by_provider: Mutex<HashMap<String, Arc<Throttle>>>,
+}
+
+impl Throttles {
+    /// The throttle of `provider`, made anew when its limits changed.
+    pub fn of(&self, provider: &str, limits: Option<&ProviderLimits>) -> Arc<Throttle> {
+        let (concurrent, per_second) = ProviderLimits::effective(limits);
+        let mut map = self.by_provider.lock().unwrap_or_else(|e| e.into_inner());
+        let current = map.get(provider).filter(|t| t.concurrent == concurrent && t.per_second == per_second);
+        match current {
+            Some(t) => t.clone(),
+            None => {
+                let t = Arc::new(Throttle::new(concurrent, per_second));
+                map.insert(provider.to_string(), t.clone());
+                t
+            }
+        }
+    }
+}
+
+/// Why an operation may not start now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Queued {
+    /// Every slot is taken.
+    Slots(u32),
+    /// The rate is used up for now.
+    Rate(u32),
+}
+
+impl std::fmt::Display for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Queued::Slots(n) => write!(f, "waiting for one of the Provider's {n} operation slots (spec.limits.maxConcurrentOperations)"),
+            Queued::Rate(n) => write!(f, "waiting for the Provider's rate of {n} operations per second (spec.limits.operationsPerSecond)"),
+        }
+    }
+}
+
+/// When a queued machine is looked at again: soon (a token comes within a second at the
+/// lowest rate), spread so that queued machines do not all come back at once.
+pub fn recheck_after() -> Duration {
+    Duration::from_millis(500 + rand::random_range(0..500))
+}
+
+/// One Provider's slots and token bucket.
+pub struct Throttle {
+    concurrent: u32,
+    per_second: u32,
+    slots: Arc<tokio::sync::Semaphore>,
+    bucket: Mutex<Bucket>,
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// An operation under way; its slot is free again when dropped.
+pub struct Operation {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    throttle: Arc<Throttle>,
+}
+
+impl Drop for Operation {
+    fn drop(&mut self) {
+        self.throttle.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Throttle {
+    fn new(concurrent: u32, per_second: u32) -> Throttle {
+        Throttle {
+            concurrent,
+            per_second,
+            slots: Arc::new(tokio::sync::Semaphore::new(concurrent as usize)),
+            bucket: Mutex::new(Bucket { tokens: f64::from(per_second), at: Instant::now() }),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Start an operation now, or say why not.
+    pub fn start(self: &Arc<Self>) -> Result<Operation, Queued> {
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| Queued::Slots(self.concurrent))?;
+        {
+            let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let rate = f64::from(self.per_second);
+            b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(rate);
+            b.at = now;
+            if b.tokens < 1.0 {
+                return Err(Queued::Rate(self.per_second));
+            }
+            b.tokens -= 1.0;
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        Ok(Operation { _slot: slot, throttle: self.clone() })
+    }
+
+    /// The most operations that were ever in flight at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_bound_the_operations_in_flight() {
+        let t = Throttles::default().of("ns/p", Some(&ProviderLimits { max_concurrent_operations: Some(2), operations_per_second: Some(1000) }));
+        let a = t.start().expect("first");
+        let b = t.start().expect("second");
+        assert_eq!(t.start().err(), Some(Queued::Slots(2)), "a third waits");
+        drop(a);
+        let _c = t.start().expect("a slot came free");
+        drop(b);
+        assert_eq!(t.peak(), 2);
+    }
+
+    #[test]
+    fn the_rate_allows_a_burst_then_holds_the_next() {
+        let t = Throttles::default().of("ns/p", Some(&ProviderLimits { max_concurrent_operations: Some(100), operations_per_second: Some(5) }));
+        let started: Vec<_> = (0..5).map(|_| t.start().expect("within the burst")).collect();
+        assert_eq!(t.start().err(), Some(Queued::Rate(5)), "the sixth waits for the rate");
+        drop(started);
+    }
+
+    #[test]
+    fn changed_limits_make_a_new_throttle_and_defaults_apply() {
+        let throttles = Throttles::default();
+        let a = throttles.of("ns/p", None);
+        assert!(Arc::ptr_eq(&a, &throttles.of("ns/p", None)));
+        let b = throttles.of("ns/p", Some(&ProviderLimits { max_concurrent_operations: Some(1), operations_per_second: None }));
+        assert!(!Arc::ptr_eq(&a, &b));
+        let held: Vec<_> = (0..4).map(|_| a.start().expect("default 4 slots")).collect();
+        assert_eq!(a.start().err(), Some(Queued::Slots(ProviderLimits::DEFAULT_MAX_CONCURRENT_OPERATIONS)));
+        drop(held);
+    }
+}
