@@ -4,6 +4,7 @@
 //! sources get a condition naming the problem and leave nothing in the cache. On the
 //! embedded server the roles run as their ServiceAccounts with `deploy/base/rbac.yaml`.
 
+use anyhow::Context as _;
 use std::collections::BTreeMap;
 
 use banlieue_api::VMImage;
@@ -113,7 +114,8 @@ async fn boot_on_kvm(env: &TestEnv, lv: &banlieue_test_backends::libvirtd::Libvi
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-user-data"), "namespace": ns}, "data": {"user-data": user_data}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": ns},
                "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": image},
-                        "placement": {"providerRef": {"name": "kvm"}}, "userData": {"name": format!("{name}-user-data"), "key": "user-data"}}}),
+                        "placement": {"providerRef": {"name": "kvm"}}, "powerOffMode": "Hard",
+                        "userData": {"name": format!("{name}-user-data"), "key": "user-data"}}}),
     ] {
         apply(&env.client, object).await?;
     }
@@ -515,10 +517,13 @@ async fn a_built_image_goes_from_osartifact_to_every_backend_and_boots() -> anyh
 
     // Deleting: the VM first, then the VMImages take their OSArtifacts and import with them.
     vms.delete("node", &DeleteParams::default()).await?;
-    banlieue_tests::await_deleted(&vms, "node").await?;
+    banlieue_tests::await_deleted(&vms, "node").await.context("deleting VM node")?;
     for i in [&image, &broken] {
         images.delete(i, &DeleteParams::default()).await?;
-        banlieue_tests::await_deleted(&images, i).await?;
+        let left = || async { images.get_opt(i).await.ok().flatten().and_then(|i| i.status).map(|s| format!("{:?}", s.conditions)).unwrap_or_default() };
+        if let Err(e) = banlieue_tests::await_deleted(&images, i).await {
+            anyhow::bail!("deleting VMImage {i}: {e}; it says {}", left().await);
+        }
     }
     assert!(artifacts.list(&Default::default()).await?.items.iter().all(|a| !a.name_any().starts_with(&ns)), "the OSArtifacts are gone");
     assert!(lv.volumes(&format!("image@{image}@"))?.is_empty(), "the imported volume is gone");
