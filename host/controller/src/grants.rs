@@ -152,14 +152,18 @@ pub struct Backend {
 
 /// The driver of `provider` with its grants, for a call about `object`.
 pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result<Backend, Failure> {
-    let class_name = provider.spec.provider_class_ref.name.clone();
+    let class_name = &provider.spec.provider_class_ref.name;
     let class = kube::Api::<banlieue_api::ProviderClass>::all(ctx.client.clone())
-        .get_opt(&class_name)
+        .get_opt(class_name)
         .await
-        .map_err(|e| {
-                crate::reasons::api_failure(&e)
-            })?
-        .ok_or_else(|| (Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found"), true))?;
+        .map_err(|e| crate::reasons::api_failure(&e))?;
+    backend_of_class(ctx, provider, class.as_ref(), object).await
+}
+
+/// [`backend`] with the Provider's class at hand (from a cache; `None`: there is no such class).
+pub async fn backend_of_class(ctx: &Context, provider: &Provider, class: Option<&banlieue_api::ProviderClass>, object: &str) -> Result<Backend, Failure> {
+    let class_name = provider.spec.provider_class_ref.name.clone();
+    let class = class.ok_or_else(|| (Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found"), true))?;
     let driver = ctx
         .components
         .driver(&class)

@@ -21,21 +21,20 @@ use std::time::Duration;
 
 use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
 use banlieue_api::infra::{Deprecated, InfraMachineSpec, InfraMachineStatus, V1Beta1Failure};
-use banlieue_api::Provider;
+use banlieue_api::{Provider, ProviderClass};
 use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, PROVISIONED, READY};
 use crate::reasons::{call_failure, Failure, Reason};
-use crate::reconciler::{dynamic_controller, Frame, Outcome};
+use crate::reconciler::{cached, dynamic_controller, CachesReady, Frame, Outcome};
 use crate::{capi, finalizer, infra_kinds, Context, Error};
 
 pub const FINALIZER: &str = "banlieue.io/provider";
@@ -51,6 +50,10 @@ struct Kind {
     ctx: Arc<Context>,
     frame: Frame<DynamicObject>,
     resource: ApiResource,
+    /// The Providers and ProviderClasses machines name, kept by watches (no GET per reconcile).
+    providers: Store<Provider>,
+    provider_classes: Store<ProviderClass>,
+    caches_ready: CachesReady,
 }
 
 /// Start a reconciler for every `<Kind>Machine` as ProviderClasses declare kinds.
@@ -63,11 +66,15 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
     let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource);
-    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let (providers, provider_changes) = cached(ctx.watched::<Provider>());
+    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
+    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
     controller
+        // A ProviderClass reaches machines through their Provider's probe; this stream only keeps the cache.
+        .watches_stream(provider_class_changes, |_| std::iter::empty::<ObjectRef<DynamicObject>>())
         // A Provider that appears or changes unblocks the machines that name it.
-        .watches(ctx.watched::<Provider>(), watcher::Config::default(), move |p| {
+        .watches_stream(provider_changes, move |p| {
             let (ns, name) = (p.namespace(), p.name_any());
             store
                 .state()
@@ -97,6 +104,13 @@ fn status(m: &DynamicObject) -> InfraMachineStatus {
 }
 
 async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+    kind.caches_ready
+        .wait(|| async {
+            let not_ready = |_| Error::Other("a cache's watch stopped".into());
+            kind.providers.wait_until_ready().await.map_err(not_ready)?;
+            kind.provider_classes.wait_until_ready().await.map_err(not_ready)
+        })
+        .await?;
     kind.frame.reconcile(&m, reconcile_inner(&m, &kind)).await
 }
 
@@ -142,29 +156,29 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         return delete(m, &spec, kind, &api).await;
     }
     if !finalizer::has(m, FINALIZER) {
+        // Machines a VM makes come with it; those CAPI makes from templates get it here,
+        // and the reconcile goes on (no write below depends on the resourceVersion read).
         finalizer::add(&api, m, FINALIZER).await?;
-        return Ok(Outcome::AwaitChange);
     }
     let mut st = base;
-    let generation = m.metadata.generation;
+    let mut generation = m.metadata.generation;
     let outcome = async {
-        let backend = backend(ctx, m, &spec).await?;
+        let backend = backend(kind, m, &spec).await?;
         realise(ctx, m, &kind.resource, &spec, &mut st, &backend).await
     }
     .await;
     let next = match outcome {
         Ok(observed) => {
-            let was_ready = conditions::is_true(&st.conditions, READY);
-            apply_observed(&mut st, &spec, &observed, generation);
-            if !was_ready && conditions::is_true(&st.conditions, READY) {
-                ctx.event(&m.object_ref(&kind.resource), false, Reason::Ready, "Reconcile", format!("{} is {:?}", observed.provider_id, st.power_state.unwrap_or_default())).await;
-            }
-            // Status first: an event from the providerID patch must not show an unprovisioned machine.
-            write_status(&api, m, st.clone()).await?;
+            // The providerID goes first, so the status written next observes the generation
+            // it makes: one status write, not a second one for the reconcile it wakes.
+            // (Readers act on `initialization.provisioned`, which only that status sets.)
             if spec.provider_id.as_deref() != Some(observed.provider_id.as_str()) && !observed.provider_id.is_empty() {
                 let patch = serde_json::json!({ "spec": { "providerID": observed.provider_id } });
-                api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+                let patched = api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+                generation = patched.metadata.generation;
             }
+            apply_observed(&mut st, &spec, &observed, generation);
+            write_status(&api, m, st.clone()).await?;
             return Ok(Outcome::Requeue(next_look(&st)));
         }
         Err((reason, message, retryable)) => {
@@ -201,21 +215,19 @@ fn next_look(st: &InfraMachineStatus) -> Duration {
     (since / 10).clamp(SETTLING_MIN, RESYNC)
 }
 
-async fn backend(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
+async fn backend(kind: &Kind, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
     let ns = m.namespace().unwrap_or_default();
     let Some(provider_ref) = &spec.provider_ref else {
         // Unbound machines never get here (see `reconcile_inner`).
         return Err((Reason::InvalidSpec, "spec.providerRef is not set".into(), false));
     };
-    let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
-    let provider = providers
-        .get_opt(&provider_ref.name)
-        .await
-        .map_err(|e| {
-                crate::reasons::api_failure(&e)
-            })?
+    // A Provider that appears later wakes its machines (the Provider watch above).
+    let provider = kind
+        .providers
+        .get(&ObjectRef::new(&provider_ref.name).within(&ns))
         .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
-    crate::grants::backend(ctx, &provider, &crate::key(m)).await
+    let class = kind.provider_classes.get(&ObjectRef::new(&provider.spec.provider_class_ref.name));
+    crate::grants::backend_of_class(&kind.ctx, &provider, class.as_deref(), &crate::key(m)).await
 }
 
 /// Set on a Machine moved from another cluster (`banlieue bootstrap`): the UID the machine
@@ -346,7 +358,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
         return Ok(Outcome::AwaitChange);
     }
     let outcome = async {
-        let b = backend(ctx, m, spec).await?;
+        let b = backend(kind, m, spec).await?;
         let r = machine_ref(m, spec);
         let _op = operation(&b)?;
         match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {

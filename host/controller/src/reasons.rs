@@ -34,7 +34,7 @@ macro_rules! reasons {
 reasons! {
     // Progress.
     Scheduled, Rescheduled, PlacementHolds, Provisioning, Provisioned, Moving, Deleting, Deleted,
-    Paused, Resumed, Restarted, Ready, Probed, Loaded, BuiltIn, SignatureVerified, UnsignedAllowed,
+    Paused, Resumed, Restarted, Probed, Loaded, BuiltIn, SignatureVerified, UnsignedAllowed,
     WaitingForInfrastructure, NotPaused,
     // CAPI: what a cluster or a machine made from a template waits for.
     WaitingForCluster, WaitingForClusterInfrastructure, WaitingForControlPlaneEndpoint, WaitingForOwner,

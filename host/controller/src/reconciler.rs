@@ -120,6 +120,19 @@ pub fn dynamic_controller(
     (controller, store, frame)
 }
 
+/// A watch that keeps a cache of `api`'s objects and yields each change.
+pub fn cached<K>(api: kube::Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use kube::runtime::{watcher, WatchStreamExt};
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
+        .default_backoff()
+        .touched_objects();
+    (reader, stream)
+}
+
 /// Waits until a controller's caches are ready, for every reconcile at once.
 ///
 /// kube-runtime's `Store::wait_until_ready` keeps a single waker (a oneshot receiver shared

@@ -33,7 +33,7 @@ use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::infra_kinds::PAUSED_ANNOTATION;
 use crate::reasons::Reason;
-use crate::reconciler::{acted_on, CachesReady, Frame, Outcome};
+use crate::reconciler::{acted_on, cached, CachesReady, Frame, Outcome};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
@@ -63,18 +63,6 @@ impl State {
             })
             .await
     }
-}
-
-/// A watch that keeps a cache of `api`'s objects and yields each change.
-fn cached<K>(api: Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (reader, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
-        .default_backoff()
-        .touched_objects();
-    (reader, stream)
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
@@ -179,6 +167,8 @@ struct Reconcile<'a> {
     name: String,
     status: VirtualMachineStatus,
     generation: Option<i64>,
+    /// A placement decision made by this reconcile, announced (as an event) once it is recorded.
+    decided: Option<String>,
 }
 
 impl<'a> Reconcile<'a> {
@@ -193,6 +183,7 @@ impl<'a> Reconcile<'a> {
             ns,
             status: vm.status.clone().unwrap_or_default(),
             generation: vm.metadata.generation,
+            decided: None,
         }
     }
 
@@ -201,15 +192,22 @@ impl<'a> Reconcile<'a> {
             return self.delete().await;
         }
         if !finalizer::has(self.vm, FINALIZER) {
+            // Added with the resourceVersion read; the reconcile goes on (status writes
+            // do not depend on it), so a new VM costs one reconcile, not two.
             finalizer::add(&self.api, self.vm, FINALIZER).await?;
-            return Ok(Outcome::AwaitChange);
+        }
+        // The Machine the status names, read once for this reconcile.
+        let machine = match self.status.infrastructure_ref.clone() {
+            Some(r) => self.get_machine(&r).await,
+            None => Ok(None),
+        };
+        if let Ok(Some(m)) = &machine {
+            self.set_machine_paused(m, self.vm.spec.paused).await?;
         }
         if self.vm.spec.paused {
-            self.set_machine_paused(true).await?;
             return Ok(Outcome::AwaitChange);
         }
-        self.set_machine_paused(false).await?;
-        let outcome = match self.apply().await {
+        let outcome = match self.apply(machine).await {
             Ok(outcome) => outcome,
             Err(b) => {
                 let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| b.reason != c.reason);
@@ -221,8 +219,17 @@ impl<'a> Reconcile<'a> {
                 if b.retry { Outcome::Retry } else { Outcome::AwaitChange }
             }
         };
-        self.write_status().await?;
+        self.record().await?;
         Ok(outcome)
+    }
+
+    /// Write the status (when it changed), then announce a decision it records.
+    async fn record(&mut self) -> Result<(), Error> {
+        self.write_status().await?;
+        if let Some(message) = self.decided.take() {
+            self.event(false, Reason::Scheduled, "Schedule", message).await;
+        }
+        Ok(())
     }
 
     fn set(&mut self, type_: &str, status: bool, reason: Reason, message: impl Into<String>) {
@@ -233,7 +240,7 @@ impl<'a> Reconcile<'a> {
         self.ctx.event(&self.vm.object_ref(&()), warning, reason, action, note).await;
     }
 
-    async fn apply(&mut self) -> Result<Outcome, Blocked> {
+    async fn apply(&mut self, machine: Result<Option<DynamicObject>, Blocked>) -> Result<Outcome, Blocked> {
         let client = &self.ctx.client;
         let spec = &self.vm.spec;
         let class = self
@@ -246,7 +253,10 @@ impl<'a> Reconcile<'a> {
             .images
             .get(&ObjectRef::new(&spec.image_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
-        if let Some(u) = &spec.user_data {
+        // User-data is read when the backend VM is made: checked here (one GET) only while
+        // the VM has no Machine yet, so a missing Secret shows before anything is made.
+        let has_machine = self.status.infrastructure_ref.as_ref().is_some_and(|r| r.uid.is_some());
+        if let (Some(u), false) = (&spec.user_data, has_machine) {
             let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
                 .get_opt(&u.name)
                 .await
@@ -284,7 +294,7 @@ impl<'a> Reconcile<'a> {
         // A Machine made for another placement goes first.
         let mut existing = None;
         if let Some(current) = self.status.infrastructure_ref.clone() {
-            if let Some(old) = self.get_machine(&current).await? {
+            if let Some(old) = machine? {
                 let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
                 let same = current.kind == target.kind
                     && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
@@ -297,16 +307,22 @@ impl<'a> Reconcile<'a> {
         }
         if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
             self.status.infrastructure_ref = Some(target.clone());
-            self.write_status().await.map_err(status_error)?;
         }
-
-        let machine = self.apply_machine(&resource, &class, &image, provider, &scheduled, existing).await?;
+        let spec = self.machine_spec(&class, &image, provider, &scheduled, existing.as_ref())?;
         // Which import the machine uses, for the imagebuilder to keep it while it does.
-        let made_from = ["template", "backingFile"].iter().find_map(|k| machine.data["spec"]["vm"]["image"][*k].as_str().map(str::to_string));
+        let made_from = ["template", "backingFile"].iter().find_map(|k| spec.vm.image.get(*k).cloned());
         if let Some(s) = self.status.scheduled.as_mut() {
             s.image = made_from;
         }
-        self.mirror(&machine, &target);
+        // The decision and the Machine it names are recorded (one write) before the Machine exists.
+        self.record().await.map_err(status_error)?;
+
+        let machine = self.apply_machine(&resource, spec, existing).await?;
+        // A Machine that has not reported yet leaves the VM as the decision put it
+        // (provisioning there): its first status brings the VM back.
+        if machine.data.get("status").is_some_and(|s| !s.is_null()) {
+            self.mirror(&machine, &target);
+        }
         Ok(Outcome::AwaitChange)
     }
 
@@ -406,9 +422,9 @@ impl<'a> Reconcile<'a> {
         self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
         self.set(READY, false, reason, note);
         self.status.scheduled = Some(scheduled.clone());
-        // The decision is recorded before anything is created for it.
-        self.write_status().await.map_err(|e| Blocked { condition: SCHEDULED, ..status_error(e) })?;
-        self.event(false, Reason::Scheduled, "Schedule", message).await;
+        // Recorded (and announced) by `apply` before anything is made for it, or at the end
+        // of the reconcile when something else stops it first.
+        self.decided = Some(message);
         Ok(scheduled)
     }
 
@@ -433,20 +449,12 @@ impl<'a> Reconcile<'a> {
         Ok(Outcome::AwaitChange)
     }
 
-    async fn apply_machine(
-        &self,
-        resource: &kube::api::ApiResource,
-        class: &VMClass,
-        image: &VMImage,
-        provider: &Provider,
-        scheduled: &Scheduled,
-        existing: Option<DynamicObject>,
-    ) -> Result<DynamicObject, Blocked> {
-        // A machine keeps the image it was made from.
-        let made_from = existing.as_ref().and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
+    /// The Machine's spec for `scheduled`. An existing machine keeps the image it was made from.
+    fn machine_spec(&self, class: &VMClass, image: &VMImage, provider: &Provider, scheduled: &Scheduled, existing: Option<&DynamicObject>) -> Result<InfraMachineSpec, Blocked> {
+        let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
         let resolved = crate::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
             .map_err(|(reason, message, _)| blocked(SCHEDULED, reason, message))?;
-        let spec = InfraMachineSpec {
+        Ok(InfraMachineSpec {
             provider_id: None,
             failure_domain: Some(scheduled.failure_domain.clone()),
             provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
@@ -458,7 +466,12 @@ impl<'a> Reconcile<'a> {
                 ..resolved
             },
             ..Default::default()
-        };
+        })
+    }
+
+    /// Server-side-apply the Machine (skipped when it already says all of this). It is made
+    /// with the machine reconciler's finalizer, saving that reconciler a write of its own.
+    async fn apply_machine(&self, resource: &kube::api::ApiResource, spec: InfraMachineSpec, existing: Option<DynamicObject>) -> Result<DynamicObject, Blocked> {
         let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
         let body = serde_json::json!({
             "apiVersion": resource.api_version,
@@ -468,6 +481,7 @@ impl<'a> Reconcile<'a> {
                 "namespace": self.ns,
                 "labels": { VM_LABEL: self.name },
                 "ownerReferences": [owner],
+                "finalizers": [crate::machine::FINALIZER],
             },
             "spec": spec,
         });
@@ -512,9 +526,8 @@ impl<'a> Reconcile<'a> {
         conditions::set_reported(&mut self.status.conditions, READY, ready, &reason, message, self.generation);
     }
 
-    async fn set_machine_paused(&self, paused: bool) -> Result<(), Error> {
+    async fn set_machine_paused(&self, m: &DynamicObject, paused: bool) -> Result<(), Error> {
         let Some(r) = &self.status.infrastructure_ref else { return Ok(()) };
-        let Ok(Some(m)) = self.get_machine(r).await else { return Ok(()) };
         if m.annotations().contains_key(PAUSED_ANNOTATION) == paused {
             return Ok(());
         }
