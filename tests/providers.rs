@@ -921,3 +921,118 @@ async fn a_provider_operation_limit_makes_its_vms_take_turns_on_libvirtd() -> an
     assert!(lv.domains(&prefix)?.is_empty());
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sharding: two control planes on one API server
+
+/// Two replicas with `--shards` split the Providers between them (each reaches only the
+/// backends of its shards); when one is killed mid-work, the other takes its shards over
+/// within one lease duration and finishes its VMs; libvirtd saw every domain defined once.
+#[tokio::test]
+async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_other() -> anyhow::Result<()> {
+    use banlieue_controller::shards::{shard_of, Sharding};
+    const SHARDS: u32 = 8;
+    const LEASE: Duration = Duration::from_secs(3);
+    let env = TestEnv::start("shards").await?;
+    env.install_crds().await?;
+    env.create_namespace(banlieue_tests::SYSTEM_NAMESPACE).await?;
+    let lv = Libvirtd::shared()?;
+    let replica = |identity: &'static str| {
+        move |o: &mut banlieue_controller::Options| {
+            o.sharding = Some(Sharding { count: SHARDS, lease_duration: LEASE });
+            o.identity = identity.into();
+        }
+    };
+    let a = ControlPlane::start_with(&env, replica("replica-a"))?;
+    let b = ControlPlane::start_with(&env, replica("replica-b"))?;
+    let (shards_a, shards_b) = (a.ctx.shards.clone().context("sharded")?, b.ctx.shards.clone().context("sharded")?);
+    banlieue_tests::within(30, async {
+        let (mut wa, mut wb) = (shards_a.subscribe(), shards_b.subscribe());
+        let _ = wa.wait_for(|h| h.len() == SHARDS as usize / 2).await;
+        let _ = wb.wait_for(|h| h.len() == SHARDS as usize / 2).await;
+    })
+    .await
+    .context("the two replicas did not split the shards evenly")?;
+    let (held_a, held_b) = (shards_a.held(), shards_b.held());
+    assert!(held_a.is_disjoint(&held_b), "a shard held twice: {held_a:?} {held_b:?}");
+
+    // Two Providers in each replica's shards.
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let (mut of_a, mut of_b) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let name = format!("p{i}");
+        let shard = shard_of(&format!("{}/{name}", env.ns), SHARDS);
+        let side = if held_a.contains(&shard) { &mut of_a } else { &mut of_b };
+        if side.len() < 2 {
+            side.push(name);
+        }
+        if of_a.len() == 2 && of_b.len() == 2 {
+            break;
+        }
+    }
+    for name in of_a.iter().chain(&of_b) {
+        apply(&env.client, libvirtd_provider(&env, lv, name, &n.provider_class)).await?;
+    }
+    let mut events = EventLog::subscribe(lv, env.dir(), &format!("{}_sentinel", env.ns)).await?;
+    let off = json!({"desiredPowerState": "PoweredOff", "powerOffMode": "Hard"});
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let mut names = Vec::new();
+    for provider in of_a.iter().chain(&of_b) {
+        let name = format!("{provider}-vm");
+        apply(&env.client, vm(&env, &name, &n, provider, off.clone())).await?;
+        names.push(name);
+    }
+    for name in &names {
+        wait_for(&vms, name, 60, "Ready", is_ready).await?;
+    }
+    // Each replica reached the backends of its own Providers only.
+    let keys = |names: &[String]| names.iter().map(|p| format!("{}/{p}", env.ns)).collect::<Vec<_>>();
+    let reached = |cp: &ControlPlane| cp.ctx.throttles.providers().into_iter().filter(|p| p.starts_with(&format!("{}/p", env.ns))).collect::<Vec<_>>();
+    assert_eq!(reached(&a), keys(&of_a), "replica a reached other backends");
+    assert_eq!(reached(&b), keys(&of_b), "replica b reached other backends");
+
+    // Replica a is killed while its next VMs are on their way.
+    let mut late = Vec::new();
+    for provider in &of_a {
+        let name = format!("{provider}-late");
+        apply(&env.client, vm(&env, &name, &n, provider, off.clone())).await?;
+        late.push(name);
+    }
+    let libvirt_machines = machines(&env, "Libvirt");
+    wait_for(&libvirt_machines, &late[0], 60, "a Machine made by replica a", |m: Option<&DynamicObject>| m.is_some()).await?;
+    let killed = Instant::now();
+    a.kill();
+    banlieue_tests::within(LEASE.as_secs() * 3, async {
+        let mut wb = shards_b.subscribe();
+        let _ = wb.wait_for(|h| h.len() == SHARDS as usize).await;
+    })
+    .await
+    .context("replica b did not take every shard")?;
+    let took = killed.elapsed();
+    println!("replica b held every shard {took:?} after replica a was killed (lease {LEASE:?})");
+    // The survivor's look happens the moment the dead replica's leases run out.
+    assert!(took <= LEASE + Duration::from_millis(500), "took {took:?} for a lease of {LEASE:?}");
+    for name in &late {
+        wait_for(&vms, name, 60, "Ready, finished by replica b", is_ready).await?;
+    }
+    names.extend(late);
+    assert!(reached(&b).iter().any(|p| of_a.iter().any(|a| p.ends_with(&format!("/{a}")))), "replica b took over replica a's backends");
+
+    // libvirtd's account: one domain per VM, each defined once.
+    events.flush(lv, env.dir(), &format!("{}_sentinel", env.ns)).await?;
+    let prefix = format!("{}_p", env.ns);
+    let defines = events.defines(&prefix);
+    let expected: std::collections::BTreeMap<String, usize> = names.iter().map(|n| (format!("{}_{n}", env.ns), 1)).collect();
+    assert_eq!(defines, expected, "every VM's domain defined exactly once");
+    assert_eq!(lv.domains(&prefix)?.len(), names.len());
+
+    for name in &names {
+        vms.delete(name, &Default::default()).await?;
+    }
+    for name in &names {
+        await_deleted(&vms, name).await?;
+    }
+    assert!(lv.domains(&prefix)?.is_empty());
+    drop(b);
+    Ok(())
+}

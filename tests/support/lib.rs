@@ -74,8 +74,11 @@ impl TestEnv {
     pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"banlieue.io/test": "true"}}}))?;
-        api.create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
-        Ok(())
+        match api.create(&PostParams::default(), &ns).await {
+            // banlieue's own namespace may be there already on a shared cluster.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            other => other.map(|_| ()).with_context(|| format!("creating namespace {name}")),
+        }
     }
 
     /// The server's Kubernetes minor version (`1.<minor>`; the embedded server says 1.34).

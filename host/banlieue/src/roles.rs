@@ -34,6 +34,15 @@ pub struct RoleArgs {
     /// Reconciles run at once per controller.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// Split the controller and provider roles' work into this many shards, held by
+    /// whichever replicas run (a Lease per shard); the same number on every replica.
+    /// 0: no sharding, one leader per role.
+    #[arg(long, default_value_t = 0)]
+    pub shards: u32,
+    /// Seconds a shard's lease holds without renewal: how long a dead replica's shards
+    /// wait before another replica takes them over.
+    #[arg(long, default_value_t = 15)]
+    pub shard_lease_seconds: u64,
     /// Seconds between two probes of a Provider (capacity, and rotated credentials).
     #[arg(long, default_value_t = 60)]
     pub probe_interval: u64,
@@ -95,6 +104,10 @@ impl RoleArgs {
             leader_election: !self.no_leader_election,
             vault,
             concurrency: self.concurrency,
+            sharding: (self.shards > 0).then(|| banlieue_controller::shards::Sharding {
+                count: self.shards,
+                lease_duration: std::time::Duration::from_secs(self.shard_lease_seconds.max(1)),
+            }),
             probe_interval: std::time::Duration::from_secs(self.probe_interval.max(1)),
             image_cache: Some(ImageCacheOptions {
                 dir: self.image_cache_dir.clone(),

@@ -10,7 +10,8 @@
 //! - [`images`]: VMImages downloaded into the image cache (role `imagebuilder`).
 //!
 //! Components are loaded only through [`components`], grants are built only in
-//! [`grants`]. [`run`] starts the roles asked for, each behind its own Lease.
+//! [`grants`]. [`run`] starts the roles asked for, each behind its own Lease, or, with
+//! sharding, the `controller` and `provider` roles on the shards this replica holds ([`shards`]).
 
 pub mod capi;
 pub mod components;
@@ -30,6 +31,7 @@ pub mod reasons;
 pub mod reconciler;
 pub mod resolve;
 pub mod scheduling;
+pub mod shards;
 pub mod status;
 pub mod throttle;
 pub mod vault;
@@ -107,6 +109,9 @@ pub struct Options {
     pub image_build: Option<ImageBuildOptions>,
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
+    /// Split the `controller` and `provider` roles' work across replicas by shard leases
+    /// instead of one leader per role ([`shards`]); `None`: one leader does it all.
+    pub sharding: Option<shards::Sharding>,
 }
 
 impl Default for Options {
@@ -125,6 +130,7 @@ impl Default for Options {
             namespace: None,
             image_cache: None,
             image_build: None,
+            sharding: None,
         }
     }
 }
@@ -185,6 +191,8 @@ pub struct Context {
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
     /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
     pub throttles: throttle::Throttles,
+    /// The shards this replica acts on, when the work is sharded.
+    pub shards: Option<Arc<shards::Shards>>,
 }
 
 impl Context {
@@ -201,6 +209,7 @@ impl Context {
             }
             None => None,
         };
+        let shards = options.sharding.map(|s| shards::Shards::new(s.count));
         Ok(Arc::new(Context {
             images,
             client,
@@ -214,6 +223,7 @@ impl Context {
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
             throttles: throttle::Throttles::default(),
+            shards,
         }))
     }
 
@@ -326,14 +336,27 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
         });
     }
     let mut tasks = tokio::task::JoinSet::new();
+    let sharded = |role: Role| ctx.shards.is_some() && matches!(role, Role::Controller | Role::Provider);
+    if let (Some(shards), Some(sharding)) = (&ctx.shards, ctx.options.sharding) {
+        if roles.controller || roles.provider {
+            // In the role set: a killed process's leases are no longer renewed.
+            let keeper = shards.clone().run(ctx.client.clone(), ctx.options.identity.clone(), sharding.lease_duration, stopped());
+            tasks.spawn(async move {
+                keeper.await;
+                Ok(())
+            });
+        }
+    }
     for role in roles.enabled() {
+        let sharded = sharded(role);
         ctx.readiness.checking(role);
         tokio::spawn(check_permissions(ctx.clone(), role, stopped()));
         let ctx = ctx.clone();
         let stopped = stopped.clone();
         tasks.spawn(async move {
             let mut leadership = None;
-            if ctx.options.leader_election {
+            // A sharded role needs no leader: each replica acts only on the shards it holds.
+            if ctx.options.leader_election && !sharded {
                 leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &role.lease(), &ctx.options.identity).await);
             }
             let lost = async {

@@ -66,6 +66,8 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
     let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource);
+    // Everything that talks to one backend runs in the replica holding its Provider's shard.
+    let frame = frame.sharded_by(shard_key);
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
@@ -93,6 +95,14 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(crate::reconciler::log_run("machine"))
         .await;
+}
+
+/// A machine belongs to its Provider's shard (its own, while CAPI has not bound it to one).
+pub fn shard_key(m: &DynamicObject) -> String {
+    match spec(m).ok().and_then(|s| s.provider_ref) {
+        Some(p) => format!("{}/{}", m.namespace().unwrap_or_default(), p.name),
+        None => crate::key(m),
+    }
 }
 
 fn spec(m: &DynamicObject) -> Result<InfraMachineSpec, serde_json::Error> {

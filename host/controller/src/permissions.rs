@@ -124,6 +124,10 @@ pub fn namespace_rules(role: Role) -> Vec<Rule> {
         rule("coordination.k8s.io", &["leases"], &["create"]),
         Rule { names: vec![role.lease()], ..rule("coordination.k8s.io", &["leases"], &["get", "update"]) },
     ];
+    if matches!(role, Role::Controller | Role::Provider) {
+        // Sharded (`--shards`): the shard and member leases, whose names are not fixed.
+        rules.push(rule("coordination.k8s.io", &["leases"], &["list", "update", "delete"]));
+    }
     if role == Role::ImageBuilder {
         // VMImage builds: kairos-operator OSArtifacts, made in banlieue's namespace only.
         rules.push(rule("build.kairos.io", &["osartifacts"], &["list", "watch", "create", "patch", "delete"]));

@@ -50,7 +50,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let store = controller.store();
     let probes = Arc::new(Probes {
         ctx: ctx.clone(),
-        frame: Frame::new(ctx.clone(), "provider", store.clone(), ()),
+        frame: Frame::new(ctx.clone(), "provider", store.clone(), ()).sharded_by(crate::key),
         providers: store.clone(),
         refused: Mutex::default(),
     });
@@ -64,6 +64,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
                 .map(|p| ObjectRef::from_obj(&*p))
                 .collect::<Vec<_>>()
         })
+        .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |p, err, probes| probes.frame.error_policy(&p, err), probes)

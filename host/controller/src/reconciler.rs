@@ -42,6 +42,9 @@ where
     cache: Store<K>,
     dyntype: K::DynamicType,
     backoff: Mutex<HashMap<ObjectRef<K>, u32>>,
+    /// With sharding on, the key whose shard an object belongs to (see [`crate::shards`]);
+    /// `None`: a controller of a role that is not sharded.
+    shard_key: Option<fn(&K) -> String>,
 }
 
 impl<K> Frame<K>
@@ -51,14 +54,39 @@ where
 {
     /// A frame over the controller's cache (`Controller::store()`).
     pub fn new(ctx: Arc<Context>, name: &'static str, cache: Store<K>, dyntype: K::DynamicType) -> Self {
-        Frame { ctx, name, cache, dyntype, backoff: Mutex::default() }
+        Frame { ctx, name, cache, dyntype, backoff: Mutex::default(), shard_key: None }
+    }
+
+    /// Reconcile only the objects of the shards this replica holds, when sharding is on;
+    /// an object's shard is that of `key` (its Provider's `namespace/name`, or its own).
+    pub fn sharded_by(mut self, key: fn(&K) -> String) -> Self {
+        self.shard_key = Some(key);
+        self
     }
 
     /// Run one reconcile of `obj` and decide the next look.
     pub async fn reconcile(&self, obj: &K, work: impl Future<Output = Result<Outcome, Error>>) -> Result<Action, Error> {
+        // The one place sharding is enforced: another replica's object is left alone (a
+        // shard gained later brings it back), and a shard lost mid-reconcile cancels the work.
+        let mut guard = None;
+        if let (Some(shards), Some(key)) = (&self.ctx.shards, self.shard_key) {
+            match shards.hold(&key(obj)) {
+                Some(g) => guard = Some(g),
+                None => return Ok(Action::await_change()),
+            }
+        }
         let start = Instant::now();
         tracing::debug!(controller = self.name, object = %crate::key(obj), "reconcile");
-        let result = work.await;
+        let result = match guard.as_mut() {
+            None => work.await,
+            Some(guard) => tokio::select! {
+                result = work => result,
+                _ = guard.lost() => {
+                    tracing::info!(controller = self.name, object = %crate::key(obj), "shard lost: reconcile cancelled, left to the shard's next holder");
+                    Ok(Outcome::AwaitChange)
+                }
+            },
+        };
         tracing::debug!(controller = self.name, object = %crate::key(obj), outcome = ?result.as_ref().map_err(|e| e.to_string()), "reconciled");
         self.ctx.metrics.reconciled(self.name, start.elapsed(), result.as_ref().err().map(|_| "Error"));
         let key = ObjectRef::from_obj_with(obj, self.dyntype.clone());
@@ -101,7 +129,8 @@ where
 
 /// A controller over one dynamic kind (a `<Kind>Machine`, a `<Kind>Cluster`) in the
 /// namespaces this process watches, woken only by what a reconcile acts on (its own
-/// status writes do not wake it); with its cache and its [`Frame`] named `name`.
+/// status writes do not wake it); with its cache and its [`Frame`] named `name`, sharded
+/// by each object's own key (a caller may re-key it with [`Frame::sharded_by`]).
 pub fn dynamic_controller(
     ctx: &Arc<Context>,
     name: &'static str,
@@ -115,9 +144,20 @@ pub fn dynamic_controller(
         .touched_objects()
         .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
     let controller = kube::runtime::Controller::for_stream_with(changes, store.clone(), resource.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency));
-    let frame = Frame::new(ctx.clone(), name, store.clone(), resource.clone());
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .reconcile_all_on(shard_gains(ctx));
+    let frame = Frame::new(ctx.clone(), name, store.clone(), resource.clone()).sharded_by(crate::key);
     (controller, store, frame)
+}
+
+/// Yields when this replica gains a shard, so a controller looks at every object again
+/// (those of other shards return at once); never, without sharding.
+pub fn shard_gains(ctx: &Context) -> futures::stream::BoxStream<'static, ()> {
+    use futures::StreamExt;
+    match &ctx.shards {
+        Some(shards) => shards.gained().boxed(),
+        None => futures::stream::pending().boxed(),
+    }
 }
 
 /// A watch that keeps a cache of `api`'s objects and yields each change.

@@ -19,6 +19,13 @@ pub struct Throttles {
 }
 
 impl Throttles {
+    /// The Providers whose backend this process has reached (a throttle is made on first use).
+    pub fn providers(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.by_provider.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// The throttle of `provider`, made anew when its limits changed.
     pub fn of(&self, provider: &str, limits: Option<&ProviderLimits>) -> Arc<Throttle> {
         let (concurrent, per_second) = ProviderLimits::effective(limits);

@@ -77,8 +77,9 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     )
     .default_backoff()
     .touched_objects()
-    // Only what a reconcile acts on wakes it; its own status writes do not.
-    .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+    // Only what a reconcile acts on wakes it; its own status writes do not, except, when
+    // sharded, a new placement (the VM moves to its Provider's shard, whose holder goes on).
+    .predicate_filter(if ctx.shards.is_some() { acted_on_or_placed } else { acted_on_vm }, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(vm_changes, store.clone());
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
@@ -101,7 +102,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()));
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
-    let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ());
+    let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
     let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default() });
     controller
         .reconcile_on(rx)
@@ -110,12 +111,34 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(provider_changes, move |o| in_namespace(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
         .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
+        .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |vm, err, state| state.frame.error_policy(&vm, err), state)
         .for_each(crate::reconciler::log_run("virtualmachine"))
         .await;
     Ok(())
+}
+
+/// A VM belongs to the shard of the Provider it is placed on, or, not placed yet, to its own.
+pub fn shard_key(vm: &VirtualMachine) -> String {
+    match vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) {
+        Some(s) => format!("{}/{}", vm.namespace().unwrap_or_default(), s.provider),
+        None => crate::key(vm),
+    }
+}
+
+fn acted_on_vm(vm: &VirtualMachine) -> Option<u64> {
+    acted_on(vm)
+}
+
+/// [`acted_on`], and the Provider the VM is placed on.
+fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    acted_on(vm).hash(&mut h);
+    vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| &s.provider).hash(&mut h);
+    Some(h.finish())
 }
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
@@ -274,6 +297,15 @@ impl<'a> Reconcile<'a> {
         let vms = self.state.vms.state();
 
         let scheduled = self.place(&class, &image, &image_classes, &providers, &vms).await?;
+        if let Some(shards) = &self.ctx.shards {
+            let now = format!("{}/{}", self.ns, scheduled.provider);
+            if shards.shard_of(&shard_key(self.vm)) != shards.shard_of(&now) {
+                // Placed on a Provider of another shard: the decision is recorded here, and the
+                // holder of that shard (woken by it) makes the Machine.
+                self.record().await.map_err(status_error)?;
+                return Ok(Outcome::AwaitChange);
+            }
+        }
         let provider = providers
             .iter()
             .find(|p| p.name_any() == scheduled.provider)

@@ -200,6 +200,9 @@ pub struct EventLog {
     _virsh: tokio::process::Child,
     /// Per domain: when libvirtd reported it Defined and Started (first of each).
     seen: std::collections::BTreeMap<String, (Option<String>, Option<String>)>,
+    /// Per domain: how many times libvirtd reported it Defined (a redefinition counts).
+    defined: std::collections::BTreeMap<String, usize>,
+    flushes: usize,
 }
 
 /// One domain's create as libvirtd saw it: from Defined to Started.
@@ -229,7 +232,17 @@ impl EventLog {
                 let _ = tx.send(line);
             }
         });
-        let mut log = EventLog { rx, _virsh: virsh, seen: Default::default() };
+        let mut log = EventLog { rx, _virsh: virsh, seen: Default::default(), defined: Default::default(), flushes: 0 };
+        log.flush(lv, scratch, sentinel).await?;
+        Ok(log)
+    }
+
+    /// Read every event libvirtd has sent so far: a sentinel domain (named `sentinel`, its
+    /// XML in `scratch`) is defined and undefined until its own event comes through.
+    pub async fn flush(&mut self, lv: &Libvirtd, scratch: &Path, sentinel: &str) -> Result<()> {
+        // A new name each time: a late event of an earlier flush's sentinel must not end this one.
+        self.flushes += 1;
+        let sentinel = &format!("{sentinel}-{}", self.flushes);
         let xml = scratch.join(format!("{sentinel}.xml"));
         std::fs::write(&xml, format!("<domain type='qemu'><name>{sentinel}</name><memory unit='MiB'>16</memory><os><type arch='x86_64'>hvm</type></os></domain>"))?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -237,14 +250,38 @@ impl EventLog {
             let _ = lv.virsh(&["define", &xml.to_string_lossy()]);
             let _ = lv.virsh(&["undefine", sentinel]);
             // One round trip later the event is there, or the subscription was not live yet.
-            while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), log.rx.recv()).await {
-                if line.contains(sentinel) {
-                    return Ok(log);
+            while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), self.rx.recv()).await {
+                if line.contains(&format!("'{sentinel}'")) {
+                    return Ok(());
                 }
+                self.record(&line);
             }
             if Instant::now() > deadline {
                 bail!("virsh event showed nothing of the sentinel domain {sentinel} within 30s");
             }
+        }
+    }
+
+    /// How many times each domain named `prefix…` was reported Defined (read up to the last
+    /// [`flush`](Self::flush) or [`creates`](Self::creates)).
+    pub fn defines(&self, prefix: &str) -> std::collections::BTreeMap<String, usize> {
+        self.defined.iter().filter(|(d, _)| d.starts_with(prefix)).map(|(d, n)| (d.clone(), *n)).collect()
+    }
+
+    fn record(&mut self, line: &str) {
+        // "<date> <time>+0000: event 'lifecycle' for domain '<name>': Started Booted"
+        let (Some((ts, rest)), Some(domain)) = (line.split_once(": event"), line.split("for domain '").nth(1).and_then(|r| r.split('\'').next())) else {
+            return;
+        };
+        let entry = self.seen.entry(domain.to_string()).or_default();
+        let what = rest.rsplit("': ").next().unwrap_or_default();
+        if what.starts_with("Defined") {
+            *self.defined.entry(domain.to_string()).or_default() += 1;
+            if entry.0.is_none() {
+                entry.0 = Some(ts.to_string());
+            }
+        } else if what.starts_with("Started") && entry.1.is_none() {
+            entry.1 = Some(ts.to_string());
         }
     }
 
@@ -260,17 +297,7 @@ impl EventLog {
                 Ok(Some(line)) => line,
                 _ => bail!("libvirtd reported {} of {count} creates of {prefix}… within {timeout:?}: {:?}", self.seen.len(), self.seen),
             };
-            // "<date> <time>+0000: event 'lifecycle' for domain '<name>': Started Booted"
-            let (Some((ts, rest)), Some(domain)) = (line.split_once(": event"), line.split("for domain '").nth(1).and_then(|r| r.split('\'').next())) else {
-                continue;
-            };
-            let entry = self.seen.entry(domain.to_string()).or_default();
-            let what = rest.rsplit("': ").next().unwrap_or_default();
-            if what.starts_with("Defined") && entry.0.is_none() {
-                entry.0 = Some(ts.to_string());
-            } else if what.starts_with("Started") && entry.1.is_none() {
-                entry.1 = Some(ts.to_string());
-            }
+            self.record(&line);
         }
         // (Timestamps of one format and zone sort as text.)
         let mut spans: Vec<CreateSpan> = self

@@ -76,7 +76,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     )
     .default_backoff()
     .touched_objects();
-    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()), vms, vms_ready: Default::default() });
+    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
     Controller::for_stream(pool_changes, store)
         // A member's change (Ready, deleted) is its pool's business.
         .watches_stream(member_changes, |vm: VirtualMachine| {
@@ -87,6 +87,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
                 .map(|o| ObjectRef::new(&o.name).within(ns.as_deref().unwrap_or_default()))
                 .collect::<Vec<_>>()
         })
+        .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |pool, err, pools| pools.frame.error_policy(&pool, err), pools)
