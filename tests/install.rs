@@ -242,6 +242,12 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
         ("provider", "update", "coordination.k8s.io", "leases"),
         ("operator", "update", "coordination.k8s.io", "leases"),
         ("imagebuilder", "update", "coordination.k8s.io", "leases"),
+        // Shard and member leases (providers' sharding test, which runs two replicas' roles as
+        // these ServiceAccounts).
+        ("controller", "list", "coordination.k8s.io", "leases"),
+        ("controller", "delete", "coordination.k8s.io", "leases"),
+        ("provider", "list", "coordination.k8s.io", "leases"),
+        ("provider", "delete", "coordination.k8s.io", "leases"),
         // Cluster API objects, and a template's class and image (the CAPI suite, which runs
         // the roles as these ServiceAccounts too).
         ("controller", "get", "banlieue.io", "vmclasses"),

@@ -338,11 +338,19 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
     let mut tasks = tokio::task::JoinSet::new();
     let sharded = |role: Role| ctx.shards.is_some() && matches!(role, Role::Controller | Role::Provider);
     if let (Some(shards), Some(sharding)) = (&ctx.shards, ctx.options.sharding) {
-        if roles.controller || roles.provider {
+        // The replicas running the same sharded roles split the shards among themselves.
+        let group = match (roles.controller, roles.provider) {
+            (true, true) => Some("controller-provider"),
+            (true, false) => Some("controller"),
+            (false, true) => Some("provider"),
+            (false, false) => None,
+        };
+        if let Some(group) = group {
+            let (shards, client, identity) = (shards.clone(), ctx.client.clone(), ctx.options.identity.clone());
+            let stop = stopped();
             // In the role set: a killed process's leases are no longer renewed.
-            let keeper = shards.clone().run(ctx.client.clone(), ctx.options.identity.clone(), sharding.lease_duration, stopped());
             tasks.spawn(async move {
-                keeper.await;
+                shards.run(client, group, identity, sharding.lease_duration, stop).await;
                 Ok(())
             });
         }

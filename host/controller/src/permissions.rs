@@ -87,7 +87,8 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(INFRASTRUCTURE, &["*"], &["get", "list", "watch", "create", "patch", "delete"]),
         ],
         Role::Provider => vec![
-            rule(BANLIEUE, &["providers"], READ),
+            // Read from caches (the machine path looks its Provider up there).
+            rule(BANLIEUE, &["providers"], WATCH),
             rule(BANLIEUE, &["providers/status"], &["patch"]),
             rule(BANLIEUE, &["providerclasses"], READ),
             rule(INFRASTRUCTURE, &["*"], &["list", "watch", "patch"]),

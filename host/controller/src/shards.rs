@@ -7,8 +7,11 @@
 //! that talks to one backend therefore runs in one replica, under that replica's
 //! per-Provider limits.
 //!
-//! Each shard is a `coordination.k8s.io/v1` Lease `banlieue-shard-<n>`; each live replica
-//! renews a member Lease `banlieue-replica-<identity>`. Every replica computes the same
+//! Each shard is a `coordination.k8s.io/v1` Lease `banlieue-<group>-shard-<n>`; each live
+//! replica renews a member Lease `banlieue-<group>-replica-<identity>`. The group is the
+//! sharded roles a process runs (`controller`, `provider`, or `controller-provider` for a
+//! process running both): the replicas of each Deployment split the shards among themselves.
+//! (All processes of one group must run the same roles.) Every replica computes the same
 //! assignment from the live members (shard `n` goes to the `n mod m`-th of the `m` members,
 //! sorted), takes the shards assigned to it once they are free or expired, and releases
 //! those assigned to another member. Before a shard is released, or once its lease could
@@ -41,6 +44,8 @@ pub struct Sharding {
 
 /// The label that marks banlieue's shard and member leases (value `shard` or `member`).
 pub const LEASE_LABEL: &str = "banlieue.io/lease";
+/// The label naming a lease's group.
+pub const GROUP_LABEL: &str = "banlieue.io/shard-group";
 /// Expired member leases older than this many lease durations are deleted by the survivors.
 const FORGET_MEMBERS_AFTER: u32 = 20;
 
@@ -175,9 +180,9 @@ impl Shards {
     }
 
     /// Keep this replica's member lease and its shards' leases until `stop`; then release them.
-    pub async fn run(self: Arc<Self>, client: kube::Client, identity: String, lease_duration: Duration, stop: impl Future<Output = ()>) {
+    pub async fn run(self: Arc<Self>, client: kube::Client, group: &str, identity: String, lease_duration: Duration, stop: impl Future<Output = ()>) {
         let api: Api<Lease> = Api::namespaced(client, SYSTEM_NAMESPACE);
-        let mut keeper = Keeper { shards: self, api, identity, duration: lease_duration, renewed: BTreeMap::new() };
+        let mut keeper = Keeper { shards: self, api, group: group.to_string(), identity, duration: lease_duration, renewed: BTreeMap::new() };
         let tick = lease_duration / 3;
         tokio::pin!(stop);
         loop {
@@ -203,20 +208,22 @@ impl Shards {
 struct Keeper {
     shards: Arc<Shards>,
     api: Api<Lease>,
+    /// The sharded roles this process runs (see the module's documentation).
+    group: String,
     identity: String,
     duration: Duration,
     /// When each held shard's lease was last renewed (sent), by this replica's clock.
     renewed: BTreeMap<u32, Instant>,
 }
 
-fn shard_lease(n: u32) -> String {
-    format!("banlieue-shard-{n}")
+fn shard_lease(group: &str, n: u32) -> String {
+    format!("banlieue-{group}-shard-{n}")
 }
 
-/// A Lease name for a replica identity (`host-1234` → `banlieue-replica-host-1234`).
-fn member_lease(identity: &str) -> String {
+/// A Lease name for a replica identity (`host-1234` → `banlieue-<group>-replica-host-1234`).
+fn member_lease(group: &str, identity: &str) -> String {
     let clean: String = identity.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
-    let mut name = format!("banlieue-replica-{}", clean.trim_matches(|c: char| !c.is_ascii_alphanumeric()));
+    let mut name = format!("banlieue-{group}-replica-{}", clean.trim_matches(|c: char| !c.is_ascii_alphanumeric()));
     name.truncate(253);
     name
 }
@@ -243,8 +250,8 @@ impl Keeper {
         let tick = self.duration / 3;
         let now = Timestamp::now();
         let sent = Instant::now();
-        let member = member_lease(&self.identity);
-        let leases = match self.api.list(&ListParams::default().labels(LEASE_LABEL)).await {
+        let member = member_lease(&self.group, &self.identity);
+        let leases = match self.api.list(&self.selector()).await {
             Ok(l) => l.items,
             Err(e) => {
                 tracing::warn!(error = %e, "listing shard leases");
@@ -268,7 +275,7 @@ impl Keeper {
         let mine: BTreeSet<u32> = assigned(self.shards.count, members.len(), me).collect();
         let mut wake = tick;
         for n in 0..self.shards.count {
-            let name = shard_lease(n);
+            let name = shard_lease(&self.group, n);
             let lease = by_name.get(&name).copied();
             let held_by_me = lease.and_then(holder) == Some(self.identity.as_str());
             if mine.contains(&n) {
@@ -309,8 +316,9 @@ impl Keeper {
         };
         let result = match lease {
             None => {
+                let labels = [(LEASE_LABEL.to_string(), kind.to_string()), (GROUP_LABEL.to_string(), self.group.clone())];
                 let new = Lease {
-                    metadata: ObjectMeta { name: Some(name.into()), labels: Some([(LEASE_LABEL.to_string(), kind.to_string())].into()), ..Default::default() },
+                    metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels.into()), ..Default::default() },
                     spec: Some(LeaseSpec { acquire_time: Some(MicroTime(now)), lease_transitions: Some(0), ..spec }),
                 };
                 self.api.create(&PostParams::default(), &new).await
@@ -353,7 +361,7 @@ impl Keeper {
         if let Some(spec) = l.spec.as_mut() {
             spec.holder_identity = None;
         }
-        match self.api.replace(&shard_lease(n), &PostParams::default(), &l).await {
+        match self.api.replace(&shard_lease(&self.group, n), &PostParams::default(), &l).await {
             Ok(_) => {
                 tracing::info!(shard = n, identity = %self.identity, "released shard");
                 self.renewed.remove(&n);
@@ -371,6 +379,11 @@ impl Keeper {
         for n in late {
             self.lose(n, "its lease could not be renewed in time");
         }
+    }
+
+    /// This group's leases.
+    fn selector(&self) -> ListParams {
+        ListParams::default().labels(&format!("{LEASE_LABEL},{GROUP_LABEL}={}", self.group))
     }
 
     /// Time left before the first held shard must be given up.
@@ -394,12 +407,12 @@ impl Keeper {
     /// On shutdown: stop everything, then free the leases so the others take over at once.
     async fn release_all(&mut self) {
         let held: Vec<u32> = self.renewed.keys().copied().collect();
-        let leases = self.api.list(&ListParams::default().labels(LEASE_LABEL)).await.map(|l| l.items).unwrap_or_default();
+        let leases = self.api.list(&self.selector()).await.map(|l| l.items).unwrap_or_default();
         for n in held {
-            let lease = leases.iter().find(|l| l.metadata.name.as_deref() == Some(shard_lease(n).as_str()));
+            let lease = leases.iter().find(|l| l.metadata.name.as_deref() == Some(shard_lease(&self.group, n).as_str()));
             self.release(n, lease).await;
         }
-        let member = member_lease(&self.identity);
+        let member = member_lease(&self.group, &self.identity);
         let _ = self.api.delete(&member, &DeleteParams::default()).await;
     }
 }
@@ -434,8 +447,8 @@ mod tests {
 
     #[test]
     fn member_lease_names_are_valid() {
-        assert_eq!(member_lease("Node_1-4242"), "banlieue-replica-node-1-4242");
-        assert!(member_lease(&"x".repeat(400)).len() <= 253);
+        assert_eq!(member_lease("controller", "Node_1-4242"), "banlieue-controller-replica-node-1-4242");
+        assert!(member_lease("provider", &"x".repeat(400)).len() <= 253);
     }
 
     #[tokio::test]
