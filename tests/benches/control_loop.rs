@@ -86,26 +86,6 @@ async fn apply_all(client: &kube::Client, names: Vec<String>, class: &str) -> an
     Ok(())
 }
 
-fn is_ready(vm: &VirtualMachine) -> bool {
-    vm.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Watch VMs until every name in `want` has been seen Ready.
-async fn await_ready(client: &kube::Client, mut want: HashSet<String>, limit: Duration) -> anyhow::Result<()> {
-    let api: Api<VirtualMachine> = Api::namespaced(client.clone(), NS);
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
-    tokio::time::timeout(limit, async {
-        while !want.is_empty() {
-            let Some(vm) = events.try_next().await? else { anyhow::bail!("watch ended") };
-            if is_ready(&vm) {
-                want.remove(vm.metadata.name.as_deref().unwrap_or_default());
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("{} VMs still not Ready after {limit:?}", want.len()))?
-}
 
 async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -145,7 +125,7 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
 
     // Warm up: components loaded and compiled, the Provider probed, one VM through.
     apply(&client, vm("warmup", "small")).await?;
-    await_ready(&client, HashSet::from(["warmup".to_string()]), Duration::from_secs(60)).await?;
+    banlieue_tests::bench::await_ready(&client, NS, HashSet::from(["warmup".to_string()]), Duration::from_secs(60)).await?;
     let rss_idle = rss_mib();
 
     let names: Vec<String> = (0..vms).map(|i| format!("vm-{i:05}")).collect();
@@ -155,7 +135,7 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
     let waiting = tokio::spawn({
         let client = client.clone();
         let want = names.iter().cloned().collect();
-        async move { await_ready(&client, want, Duration::from_secs(600)).await }
+        async move { banlieue_tests::bench::await_ready(&client, NS, want, Duration::from_secs(600)).await }
     });
     apply_all(&client, names, "small").await?;
     let applied = start.elapsed();

@@ -100,3 +100,23 @@ pub fn writes_since(server: &banlieue_apiserver::ApiServer, from: u64, own: usiz
     let all = server.audit_log().iter().filter(|e| e.seq >= from && matches!(e.verb.as_str(), "create" | "update" | "patch" | "delete")).count();
     all.saturating_sub(own)
 }
+
+/// Watch the VMs of `namespace` until every name in `want` has been seen `Ready=True`.
+pub async fn await_ready(client: &kube::Client, namespace: &str, mut want: std::collections::HashSet<String>, limit: std::time::Duration) -> anyhow::Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::{watcher, WatchStreamExt};
+    let api: kube::Api<banlieue_api::VirtualMachine> = kube::Api::namespaced(client.clone(), namespace);
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+    let ready = |vm: &banlieue_api::VirtualMachine| vm.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    tokio::time::timeout(limit, async {
+        while !want.is_empty() {
+            let Some(vm) = events.try_next().await? else { anyhow::bail!("watch ended") };
+            if ready(&vm) {
+                want.remove(vm.metadata.name.as_deref().unwrap_or_default());
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("{} VMs still not Ready after {limit:?}", want.len()))?
+}
