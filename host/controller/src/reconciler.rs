@@ -142,7 +142,7 @@ pub fn dynamic_controller(
     let changes = kube::runtime::reflector(writer, watcher(ctx.watched_dynamic(resource), watcher::Config::default()))
         .default_backoff()
         .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+        .predicate_filter(acted_on_infra, kube::runtime::PredicateConfig::default());
     let controller = kube::runtime::Controller::for_stream_with(changes, store.clone(), resource.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .reconcile_all_on(shard_gains(ctx));
@@ -215,16 +215,37 @@ pub fn backoff_after(n: u32) -> Duration {
 /// owners (CAPI sets a machine's after creating it), finalizers and deletion. Used as a predicate so a reconciler's own status writes
 /// do not wake it again.
 pub fn acted_on<K: Resource>(obj: &K) -> Option<u64> {
-    let meta = obj.meta();
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut h);
-    meta.labels.hash(&mut h);
-    meta.annotations.hash(&mut h);
+    obj.meta().generation.hash(&mut h);
+    hash_meta(obj.meta(), true, &mut h);
+    Some(h.finish())
+}
+
+/// The metadata part of [`acted_on`]: labels, annotations, owners, deletion and, when
+/// `finalizers`, the finalizers.
+pub fn hash_meta(meta: &kube::api::ObjectMeta, finalizers: bool, h: &mut impl Hasher) {
+    meta.labels.hash(h);
+    meta.annotations.hash(h);
     for o in meta.owner_references.iter().flatten() {
-        o.uid.hash(&mut h);
+        o.uid.hash(h);
     }
-    meta.finalizers.hash(&mut h);
-    meta.deletion_timestamp.is_some().hash(&mut h);
+    if finalizers {
+        meta.finalizers.hash(h);
+    }
+    meta.deletion_timestamp.is_some().hash(h);
+}
+
+/// [`acted_on`] for `<Kind>Machine`s and `<Kind>Cluster`s: the spec itself instead of its
+/// generation, less `spec.providerID`, which the provider role sets right after `create`:
+/// that patch needs no second reconcile (nor a second look by the VM's Machine binder).
+pub fn acted_on_infra(obj: &kube::api::DynamicObject) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut spec = obj.data.get("spec").cloned().unwrap_or_default();
+    if let Some(s) = spec.as_object_mut() {
+        s.remove("providerID");
+    }
+    spec.to_string().hash(&mut h);
+    hash_meta(&obj.metadata, true, &mut h);
     Some(h.finish())
 }
 

@@ -23,7 +23,7 @@ use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMac
 use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -33,7 +33,7 @@ use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::infra_kinds::PAUSED_ANNOTATION;
 use crate::reasons::Reason;
-use crate::reconciler::{acted_on, cached, CachesReady, Frame, Outcome};
+use crate::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
@@ -128,25 +128,35 @@ pub fn shard_key(vm: &VirtualMachine) -> String {
     }
 }
 
+/// What wakes a VM's reconcile: [`crate::reconciler::acted_on`] without the finalizers (the
+/// reconcile that adds banlieue's goes on by itself; no other finalizer concerns it).
 fn acted_on_vm(vm: &VirtualMachine) -> Option<u64> {
-    acted_on(vm)
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    vm.metadata.generation.hash(&mut h);
+    hash_meta(&vm.metadata, false, &mut h);
+    Some(h.finish())
 }
 
-/// [`acted_on`], and the Provider the VM is placed on.
+/// [`acted_on_vm`], and the Provider the VM is placed on.
 fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    acted_on(vm).hash(&mut h);
+    acted_on_vm(vm).hash(&mut h);
     vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| &s.provider).hash(&mut h);
     Some(h.finish())
 }
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
+/// Only the owner is read here, so the watch asks for metadata only (the reconcile GETs the Machine).
 async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
     let mut kinds = infra_kinds::watch(ctx.client.clone()).boxed();
     while let Some(prefix) = kinds.next().await {
         let resource = infra_kinds::machine_resource(&prefix);
-        let api = ctx.watched_dynamic(&resource);
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
+            Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+            None => Api::all_with(ctx.client.clone(), &resource),
+        };
         let tx = tx.clone();
         tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default()).default_backoff().touched_objects().boxed();
@@ -372,7 +382,7 @@ impl<'a> Reconcile<'a> {
         if let Some(current) = &current {
             let all = scheduling::candidates(self.vm, class, image_classes, providers, vms, false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
             if scheduling::still_valid(current, &all, &self.ns) {
-                self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, format!("{}/{} still satisfies the placement", current.provider, current.failure_domain));
+                self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(current));
                 return Ok(current.clone());
             }
             let why = format!("{}/{} no longer satisfies the placement", current.provider, current.failure_domain);
@@ -402,7 +412,8 @@ impl<'a> Reconcile<'a> {
             }
         } else {
             let next = self.choose(class, image, image_classes, providers, vms).await?;
-            self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, "newly scheduled");
+            // The words of every later reconcile, so confirming the placement writes nothing.
+            self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(&next));
             Ok(next)
         }
     }
@@ -603,6 +614,11 @@ impl<'a> Reconcile<'a> {
         status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
         Ok(())
     }
+}
+
+/// `PlacementValid`'s message while the placement holds.
+fn holds(s: &Scheduled) -> String {
+    format!("{}/{} satisfies the placement", s.provider, s.failure_domain)
 }
 
 impl Blocked {
