@@ -15,8 +15,11 @@ pub enum Contract {
 }
 
 /// Contract versions this host implements.
-pub const PLACEMENT_VERSION: &str = "0.1.0";
+pub const PLACEMENT_VERSION: &str = "0.2.0";
 pub const PROVIDER_VERSION: &str = "0.3.0";
+/// Older placement contracts the host still runs, by lowering each request into
+/// their shape (see `placement::legacy`).
+pub const PLACEMENT_LEGACY_VERSIONS: &[&str] = &["0.1.0"];
 
 impl Contract {
     pub fn world(self) -> &'static str {
@@ -31,12 +34,13 @@ impl Contract {
             Contract::Provider => "banlieue:provider/driver",
         }
     }
-    fn host_version(self) -> semver::Version {
-        let v = match self {
-            Contract::Placement => PLACEMENT_VERSION,
-            Contract::Provider => PROVIDER_VERSION,
+    /// The versions this host implements, the current one first.
+    fn host_versions(self) -> Vec<semver::Version> {
+        let versions: Vec<&str> = match self {
+            Contract::Placement => [PLACEMENT_VERSION].iter().chain(PLACEMENT_LEGACY_VERSIONS).copied().collect(),
+            Contract::Provider => vec![PROVIDER_VERSION],
         };
-        semver::Version::parse(v).expect("valid")
+        versions.into_iter().map(|v| semver::Version::parse(v).expect("valid")).collect()
     }
     /// Interfaces (name prefixes) the host provides to this contract's components.
     fn allowed_imports(self) -> Vec<&'static str> {
@@ -91,11 +95,13 @@ impl Runtime {
         let version = export.rsplit_once('@').map(|(_, v)| v).unwrap_or_default();
         let version = semver::Version::parse(version)
             .map_err(|e| CallError::Incompatible(format!("export {export} has an invalid version: {e}")))?;
-        if !compatible(&contract.host_version(), &version) {
+        let implemented = contract.host_versions();
+        if !implemented.iter().any(|host| compatible(host, &version)) {
+            let implemented: Vec<String> = implemented.iter().map(ToString::to_string).collect();
             return Err(CallError::Incompatible(format!(
                 "component was built for {}@{version}; this host implements {}",
                 contract.export(),
-                contract.host_version()
+                implemented.join(" and ")
             )));
         }
         // Imports: nothing the host doesn't provide to this kind of component.
