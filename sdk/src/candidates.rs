@@ -11,7 +11,13 @@ use crate::bindings::placement::banlieue::placement::types as wire;
 use crate::selector::{FAILURE_DOMAIN_KEY, PROVIDER_KEY};
 use crate::{Error, Result};
 
-pub use wire::Capacity;
+/// A candidate's free capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capacity {
+    pub cpus: u64,
+    pub memory_mib: u64,
+    pub storage_gib: u64,
+}
 
 /// What is wrong with a request's tables, for the `invalid-spec` message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,8 +30,10 @@ pub enum Corrupt {
     Facts { candidate: usize, index: u32 },
     /// A placed entry's group index beyond `groups`.
     Group { placed: usize, index: u32 },
-    /// A candidate's placed range beyond `placed`.
+    /// `placed-ends[candidate]` is before the previous end or past the placed VMs.
     Placed { candidate: usize },
+    /// A list of `what` whose length differs from the one it goes with.
+    Length { what: &'static str },
 }
 
 impl fmt::Display for Corrupt {
@@ -35,7 +43,8 @@ impl fmt::Display for Corrupt {
             Corrupt::Text { what, index } => write!(f, "{what} names text {index}, which does not exist"),
             Corrupt::Facts { candidate, index } => write!(f, "candidate {candidate} names facts {index}, which do not exist"),
             Corrupt::Group { placed, index } => write!(f, "placed[{placed}] names group {index}, which does not exist"),
-            Corrupt::Placed { candidate } => write!(f, "candidate {candidate}'s placed range is beyond the placed list"),
+            Corrupt::Placed { candidate } => write!(f, "placed-ends[{candidate}] is out of order or past the placed VMs"),
+            Corrupt::Length { what } => write!(f, "the {what} list has the wrong length"),
         }
     }
 }
@@ -60,22 +69,21 @@ impl<'a> Candidates<'a> {
     }
 
     pub fn len(&self) -> usize {
-        self.raw.candidates.len()
+        self.raw.candidates.provider.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.raw.candidates.is_empty()
+        self.len() == 0
     }
 
     /// Candidate `index`, if there is one.
     pub fn get(&self, index: u32) -> Option<Candidate<'a>> {
-        let raw = self.raw.candidates.get(index as usize)?;
-        Some(Candidate { all: *self, index, raw })
+        ((index as usize) < self.len()).then_some(Candidate { all: *self, index })
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Candidate<'a>> + use<'a> {
         let all = *self;
-        self.raw.candidates.iter().enumerate().map(move |(i, raw)| Candidate { all, index: i as u32, raw })
+        (0..self.len() as u32).map(move |index| Candidate { all, index })
     }
 
     /// Every distinct set of facts, in index order (see [`Facts::index`]).
@@ -132,20 +140,37 @@ fn check(raw: &wire::Domains) -> Result<(), Corrupt> {
         text("a group's namespace", g.namespace)?;
         labels("a group's label", &g.labels)?;
     }
-    for (placed, p) in raw.placed.iter().enumerate() {
-        if p.group as usize >= raw.groups.len() {
-            return Err(Corrupt::Group { placed, index: p.group });
+    if raw.placed_counts.len() != raw.placed_groups.len() {
+        return Err(Corrupt::Length { what: "placed-counts" });
+    }
+    for (placed, &index) in raw.placed_groups.iter().enumerate() {
+        if index as usize >= raw.groups.len() {
+            return Err(Corrupt::Group { placed, index });
         }
     }
-    for (candidate, c) in raw.candidates.iter().enumerate() {
-        text("a candidate's provider", c.provider)?;
-        text("a candidate's failure domain", c.failure_domain)?;
-        if c.facts as usize >= raw.facts.len() {
-            return Err(Corrupt::Facts { candidate, index: c.facts });
+    let c = &raw.candidates;
+    let n = c.provider.len();
+    let columns = [
+        ("failure-domain", c.failure_domain.len()),
+        ("facts", c.facts.len()),
+        ("cpus", c.cpus.len()),
+        ("memory-mib", c.memory_mib.len()),
+        ("storage-gib", c.storage_gib.len()),
+        ("vm-count", c.vm_count.len()),
+        ("placed-ends", c.placed_ends.len()),
+    ];
+    if let Some((what, _)) = columns.into_iter().find(|(_, len)| *len != n) {
+        return Err(Corrupt::Length { what });
+    }
+    for i in 0..n {
+        text("a candidate's provider", c.provider[i])?;
+        text("a candidate's failure domain", c.failure_domain[i])?;
+        if c.facts[i] as usize >= raw.facts.len() {
+            return Err(Corrupt::Facts { candidate: i, index: c.facts[i] });
         }
-        let end = c.placed_start.checked_add(c.placed_len);
-        if end.is_none_or(|end| end as usize > raw.placed.len()) {
-            return Err(Corrupt::Placed { candidate });
+        let start = if i == 0 { 0 } else { c.placed_ends[i - 1] };
+        if c.placed_ends[i] < start || c.placed_ends[i] as usize > raw.placed_groups.len() {
+            return Err(Corrupt::Placed { candidate: i });
         }
     }
     Ok(())
@@ -156,7 +181,6 @@ fn check(raw: &wire::Domains) -> Result<(), Corrupt> {
 pub struct Candidate<'a> {
     all: Candidates<'a>,
     index: u32,
-    raw: &'a wire::Candidate,
 }
 
 impl<'a> Candidate<'a> {
@@ -165,9 +189,13 @@ impl<'a> Candidate<'a> {
         self.index
     }
 
+    fn columns(&self) -> &'a wire::Candidates {
+        &self.all.raw.candidates
+    }
+
     /// `namespace/name` of the Provider.
     pub fn provider(&self) -> &'a str {
-        self.all.text(self.raw.provider)
+        self.all.text(self.columns().provider[self.index as usize])
     }
 
     /// The Provider's name, without its namespace.
@@ -177,12 +205,12 @@ impl<'a> Candidate<'a> {
     }
 
     pub fn failure_domain(&self) -> &'a str {
-        self.all.text(self.raw.failure_domain)
+        self.all.text(self.columns().failure_domain[self.index as usize])
     }
 
     /// What this domain shares with others: provider class, labels, classes, features.
     pub fn facts(&self) -> Facts<'a> {
-        let index = self.raw.facts;
+        let index = self.columns().facts[self.index as usize];
         Facts { all: self.all, index, raw: &self.all.raw.facts[index as usize] }
     }
 
@@ -208,21 +236,22 @@ impl<'a> Candidate<'a> {
 
     /// Free capacity.
     pub fn capacity(&self) -> Capacity {
-        self.raw.capacity
+        let (c, i) = (self.columns(), self.index as usize);
+        Capacity { cpus: c.cpus[i], memory_mib: c.memory_mib[i], storage_gib: c.storage_gib[i] }
     }
 
     /// Number of VMs in the domain.
     pub fn vm_count(&self) -> u32 {
-        self.raw.vm_count
+        self.columns().vm_count[self.index as usize]
     }
 
     /// The VMs in the domain the policy may match against: each group once, with how many.
     pub fn placed(&self) -> impl ExactSizeIterator<Item = (PlacedGroup<'a>, u32)> + use<'a> {
-        let all = self.all;
-        let (start, len) = (self.raw.placed_start as usize, self.raw.placed_len as usize);
-        all.raw.placed[start..start + len].iter().map(move |p| {
-            let group = PlacedGroup { all, index: p.group, raw: &all.raw.groups[p.group as usize] };
-            (group, p.count)
+        let (all, ends, i) = (self.all, &self.columns().placed_ends, self.index as usize);
+        let range = if i == 0 { 0 } else { ends[i - 1] as usize }..ends[i] as usize;
+        let raw = all.raw;
+        raw.placed_groups[range.clone()].iter().zip(&raw.placed_counts[range]).map(move |(&group, &count)| {
+            (PlacedGroup { all, index: group, raw: &raw.groups[group as usize] }, count)
         })
     }
 }
@@ -336,14 +365,17 @@ mod tests {
 
     #[test]
     fn every_kind_of_bad_index_is_invalid_spec() {
-        let cases: [(&str, fn(&mut wire::Domains)); 7] = [
+        let cases: [(&str, fn(&mut wire::Domains)); 10] = [
             ("text end past the texts", |d| *d.text_ends.last_mut().unwrap() += 100),
             ("text ends out of order", |d| d.text_ends.swap(0, 1)),
-            ("a provider", |d| d.candidates[0].provider = 999),
+            ("a provider", |d| d.candidates.provider[0] = 999),
             ("a class", |d| d.facts[0].storage_classes.push(999)),
-            ("facts", |d| d.candidates[1].facts = 7),
-            ("a group", |d| d.placed[0].group = 3),
-            ("a placed range", |d| d.candidates[0].placed_len = u32::MAX),
+            ("facts", |d| d.candidates.facts[1] = 7),
+            ("a group", |d| d.placed_groups[0] = 3),
+            ("a placed end past the placed VMs", |d| d.candidates.placed_ends[1] = 2),
+            ("placed ends out of order", |d| d.candidates.placed_ends[1] = 0),
+            ("a short column", |d| d.candidates.memory_mib.truncate(1)),
+            ("placed counts of another length", |d| d.placed_counts.push(1)),
         ];
         for (what, corrupt) in cases {
             let mut raw = sample();

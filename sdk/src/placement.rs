@@ -16,9 +16,9 @@
 use serde::de::DeserializeOwned;
 
 pub use crate::bindings::placement::banlieue::placement::types::{
-    AntiAffinity, Capacity, Decision, Request, SelectorOp, SelectorRequirement, VmClass,
+    AntiAffinity, Decision, Request, SelectorOp, SelectorRequirement, VmClass,
 };
-pub use crate::candidates::{Candidate, Candidates, Corrupt, Facts, PlacedGroup};
+pub use crate::candidates::{Candidate, Candidates, Capacity, Corrupt, Facts, PlacedGroup};
 pub use crate::selector::{AntiAffinityIndex, AntiAffinityVerdict, Group, anti_affinity, same_group};
 pub use crate::{Error, Result};
 
@@ -26,7 +26,7 @@ pub use crate::{Error, Result};
 /// them through [`Candidates`].
 pub mod wire {
     pub use crate::bindings::placement::banlieue::placement::types::{
-        Candidate, DomainFacts, Domains, Label, Placed, Text, VmGroup,
+        Candidates, DomainFacts, Domains, Label, Text, VmGroup,
     };
 }
 
@@ -267,7 +267,17 @@ pub mod fixtures {
 
     impl Default for DomainsBuilder {
         fn default() -> Self {
-            let out = wire::Domains { texts: String::new(), text_ends: vec![], facts: vec![], groups: vec![], placed: vec![], candidates: vec![] };
+            let candidates = wire::Candidates {
+                provider: vec![],
+                failure_domain: vec![],
+                facts: vec![],
+                cpus: vec![],
+                memory_mib: vec![],
+                storage_gib: vec![],
+                vm_count: vec![],
+                placed_ends: vec![],
+            };
+            let out = wire::Domains { texts: String::new(), text_ends: vec![], facts: vec![], groups: vec![], placed_groups: vec![], placed_counts: vec![], candidates };
             DomainsBuilder { out, texts: HashMap::new(), facts: HashMap::new(), groups: HashMap::new() }
         }
     }
@@ -314,7 +324,6 @@ pub mod fixtures {
                 self.out.facts.push(facts);
                 next
             });
-            let placed_start = self.out.placed.len() as u32;
             for (namespace, labels, count) in &d.vms {
                 let group = wire::VmGroup { namespace: self.text(namespace), labels: self.labels(labels) };
                 let key: Vec<u32> = [group.namespace].into_iter().chain(group.labels.iter().flat_map(|l| [l.key, l.value])).collect();
@@ -323,18 +332,19 @@ pub mod fixtures {
                     self.out.groups.push(group);
                     next
                 });
-                self.out.placed.push(wire::Placed { group, count: *count });
+                self.out.placed_groups.push(group);
+                self.out.placed_counts.push(*count);
             }
-            let candidate = wire::Candidate {
-                provider: self.text(&d.provider),
-                failure_domain: self.text(&d.failure_domain),
-                facts: facts_index,
-                capacity: d.capacity,
-                vm_count: d.vm_count,
-                placed_start,
-                placed_len: self.out.placed.len() as u32 - placed_start,
-            };
-            self.out.candidates.push(candidate);
+            let (provider, failure_domain) = (self.text(&d.provider), self.text(&d.failure_domain));
+            let c = &mut self.out.candidates;
+            c.provider.push(provider);
+            c.failure_domain.push(failure_domain);
+            c.facts.push(facts_index);
+            c.cpus.push(d.capacity.cpus);
+            c.memory_mib.push(d.capacity.memory_mib);
+            c.storage_gib.push(d.capacity.storage_gib);
+            c.vm_count.push(d.vm_count);
+            c.placed_ends.push(self.out.placed_groups.len() as u32);
         }
 
         pub fn build(self) -> wire::Domains {

@@ -16,6 +16,10 @@ use banlieue_sdk::placement::fixtures::Domain;
 use banlieue_sdk::placement::{Candidates, Policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+// The host's request and tables as the SDK's types, for the native run.
+#[path = "../tests/sdk_tables/mod.rs"]
+mod sdk_tables;
+
 fn guest(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/../../guests/dist/{name}.wasm", env!("CARGO_MANIFEST_DIR"))).expect("run guests/build.sh first")
 }
@@ -51,7 +55,7 @@ fn host_state(n: usize) -> Vec<Domain> {
 
 /// The host's preparation: the request tables, interned from what it knows.
 fn host_domains(state: &[Domain]) -> Domains {
-    let mut b = DomainsBuilder::default();
+    let mut b = DomainsBuilder::with_capacity(state.len());
     for d in state {
         let labels = d.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let facts = b.facts(&d.provider_class, labels, &d.storage_classes, &d.network_classes, &d.features);
@@ -76,15 +80,6 @@ fn host_request() -> Request {
         parameters: "{}".into(),
         anti_affinity: vec![],
     }
-}
-
-/// The same request in the guest SDK's types, for the native run.
-fn native_request() -> banlieue_sdk::placement::Request {
-    let mut r = banlieue_sdk::placement::fixtures::request("default", "web-1", &[("app", "web")]);
-    r.class.storage_classes = vec!["standard".into()];
-    r.class.network_classes = vec!["default".into()];
-    r.parameters = "{}".into();
-    r
 }
 
 async fn loopback_server() -> u16 {
@@ -169,9 +164,10 @@ async fn main() {
             call.push(total - prepared);
             wasm.push(total);
 
+            // Native: the same preparation, then the tables handed over as the SDK's types.
             let t = Instant::now();
-            let tables = banlieue_sdk::placement::fixtures::domains(&state);
-            let nreq = native_request();
+            let tables = sdk_tables::tables(host_domains(&state));
+            let nreq = sdk_tables::request(&host_request());
             let prepared = t.elapsed();
             let n = placement_spread::Spread::choose(&nreq, Candidates::new(&tables).unwrap()).unwrap();
             let total = t.elapsed();
@@ -199,7 +195,7 @@ async fn main() {
         println!("  Wasm: host builds the tables          {:>10.2?} median", median(prep));
         println!("  Wasm: the choose call                 {:>10.2?} median", median(call));
         println!("  Wasm: a call that ignores its input   {:>10.2?} median", median(ignored));
-        println!("  native: build the tables              {:>10.2?} median", median(nprep));
+        println!("  native: build the tables (the same)   {:>10.2?} median", median(nprep));
         println!("  native: the policy                    {:>10.2?} median", median(ncall));
         println!("  0.1.0 component through the adapter   {:>10.2?} median  (call only; the tables as above)", median(legacy_call));
     }

@@ -8,11 +8,13 @@
 //!   candidate, score and reason, or the same error.
 
 use banlieue_runtime::placement::legacy::{self, v0_1};
-use banlieue_runtime::placement::{self as host, Domains};
+use banlieue_runtime::placement as host;
 use banlieue_sdk::placement::{self as sdk, Candidates, Policy};
 use banlieue_sdk::Error;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod sdk_tables;
 
 const SEED: u64 = 0x0b15_0002;
 const CASES: usize = 400;
@@ -109,78 +111,6 @@ fn candidates(rng: &mut StdRng) -> Vec<v0_1::Candidate> {
     all
 }
 
-/// The host's tables as the SDK's (the same contract types, generated on each side).
-fn to_sdk(d: &Domains) -> sdk::wire::Domains {
-    use sdk::wire as w;
-    let d = d.wire();
-    let labels = |l: &[host::wire::Label]| l.iter().map(|l| w::Label { key: l.key, value: l.value }).collect();
-    w::Domains {
-        texts: d.texts.clone(),
-        text_ends: d.text_ends.clone(),
-        facts: d
-            .facts
-            .iter()
-            .map(|f| w::DomainFacts {
-                provider_class: f.provider_class,
-                labels: labels(&f.labels),
-                storage_classes: f.storage_classes.clone(),
-                network_classes: f.network_classes.clone(),
-                features: f.features.clone(),
-            })
-            .collect(),
-        groups: d.groups.iter().map(|g| w::VmGroup { namespace: g.namespace, labels: labels(&g.labels) }).collect(),
-        placed: d.placed.iter().map(|p| w::Placed { group: p.group, count: p.count }).collect(),
-        candidates: d
-            .candidates
-            .iter()
-            .map(|c| w::Candidate {
-                provider: c.provider,
-                failure_domain: c.failure_domain,
-                facts: c.facts,
-                capacity: sdk::Capacity { cpus: c.capacity.cpus, memory_mib: c.capacity.memory_mib, storage_gib: c.capacity.storage_gib },
-                vm_count: c.vm_count,
-                placed_start: c.placed_start,
-                placed_len: c.placed_len,
-            })
-            .collect(),
-    }
-}
-
-fn sdk_request(r: &v0_1::Request) -> sdk::Request {
-    let op = |op: v0_1::SelectorOp| match op {
-        v0_1::SelectorOp::In => sdk::SelectorOp::In,
-        v0_1::SelectorOp::NotIn => sdk::SelectorOp::NotIn,
-        v0_1::SelectorOp::Exists => sdk::SelectorOp::Exists,
-        v0_1::SelectorOp::DoesNotExist => sdk::SelectorOp::DoesNotExist,
-    };
-    let c = &r.class;
-    sdk::Request {
-        vm_name: r.vm_name.clone(),
-        vm_namespace: r.vm_namespace.clone(),
-        vm_labels: r.vm_labels.clone(),
-        class: sdk::VmClass {
-            name: c.name.clone(),
-            cpus: c.cpus,
-            memory_mib: c.memory_mib,
-            storage_gib: c.storage_gib,
-            storage_classes: c.storage_classes.clone(),
-            network_classes: c.network_classes.clone(),
-            features: c.features.clone(),
-        },
-        parameters: r.parameters.clone(),
-        anti_affinity: r
-            .anti_affinity
-            .iter()
-            .map(|a| sdk::AntiAffinity {
-                topology_key: a.topology_key.clone(),
-                selector: a.selector.iter().map(|s| sdk::SelectorRequirement { key: s.key.clone(), op: op(s.op), values: s.values.clone() }).collect(),
-                required: a.required,
-                weight: a.weight,
-            })
-            .collect(),
-    }
-}
-
 /// (provider, failure domain, score, reason) of a decision.
 type Outcome = Result<(String, String, i64, String), Error>;
 
@@ -208,8 +138,8 @@ fn the_tables_carry_0_1_and_decide_the_same() {
         }
         assert_eq!(back, expected, "{ctx}: 0.1 -> 0.2 -> 0.1");
 
-        let sdk_req = sdk_request(&req_0_1);
-        let sdk_tables = to_sdk(&tables);
+        let sdk_req = sdk_tables::request(&req);
+        let sdk_tables = sdk_tables::tables(tables.clone());
         let spread = sdk_outcome::<placement_spread::Spread>(&sdk_req, &sdk_tables);
         assert_eq!(spread, reference::spread(&req_0_1, &all), "{ctx}: spread");
         let binpack = sdk_outcome::<placement_binpack::Binpack>(&sdk_req, &sdk_tables);

@@ -165,7 +165,7 @@ mod tests {
             candidate("team/b", "b1", "z2", &[]),
         ];
         let d = intern(&all);
-        assert_eq!((d.wire().facts.len(), d.wire().groups.len(), d.wire().placed.len()), (2, 2, 3));
+        assert_eq!((d.wire().facts.len(), d.wire().groups.len(), d.wire().placed_groups.len()), (2, 2, 3));
         assert!(d.wire().facts.iter().all(|f| f.labels.len() == 1), "the two per-candidate labels are not facts");
         let request = super::super::Request {
             vm_name: "vm".into(),

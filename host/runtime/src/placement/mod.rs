@@ -19,7 +19,7 @@ use crate::Runtime;
 mod domains;
 pub mod legacy;
 
-pub use domains::{CandidateRef, Domains, DomainsBuilder};
+pub use domains::{CandidateRef, Capacity, Domains, DomainsBuilder};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -31,11 +31,11 @@ mod bindings {
     });
 }
 
-pub use bindings::banlieue::placement::types::{AntiAffinity, Capacity, Decision, Request, SelectorOp, SelectorRequirement, VmClass};
+pub use bindings::banlieue::placement::types::{AntiAffinity, Decision, Request, SelectorOp, SelectorRequirement, VmClass};
 
 /// The request tables as they cross the boundary; [`Domains`] holds them.
 pub mod wire {
-    pub use super::bindings::banlieue::placement::types::{Candidate, DomainFacts, Domains, Label, Placed, VmGroup};
+    pub use super::bindings::banlieue::placement::types::{Candidates, DomainFacts, Domains, Label, VmGroup};
 }
 
 /// A loaded component, by the contract version it was built for.
