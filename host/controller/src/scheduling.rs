@@ -81,7 +81,8 @@ pub fn candidates(
     let domain_selector = selector(&placement.failure_domain_selector)?;
     let needs_storage: BTreeSet<&str> = class.spec.disks.iter().map(|d| d.storage_class.as_str()).collect();
     let needs_network: BTreeSet<&str> = class.spec.nics.iter().map(|n| n.network_class.as_str()).collect();
-    let mut b = DomainsBuilder::default();
+    let domain_count = providers.iter().filter_map(|p| p.status.as_ref()).map(|s| s.failure_domains.len()).sum();
+    let mut b = DomainsBuilder::with_capacity(domain_count);
 
     // Every other placed VM of the namespace, its group interned, indexed by where it is.
     let placed: Vec<(&VirtualMachine, &Scheduled)> = vms
@@ -120,7 +121,7 @@ pub fn candidates(
         }
     }
 
-    let mut out = Candidates { candidates: DomainsBuilder::default().build(), excluded: vec![] };
+    let mut excluded = vec![];
     for p in providers {
         let name = p.name_any();
         if placement.provider_ref.as_ref().is_some_and(|r| r.name != name) {
@@ -130,18 +131,18 @@ pub fn candidates(
             continue;
         }
         if !image_classes.contains(&p.spec.provider_class_ref.name) {
-            out.excluded.push(format!("the image has no source for Provider {name}'s class {:?}", p.spec.provider_class_ref.name));
+            excluded.push(format!("the image has no source for Provider {name}'s class {:?}", p.spec.provider_class_ref.name));
             continue;
         }
         let Some(status) = p.status.as_ref() else {
             if require_ready {
-                out.excluded.push(format!("Provider {name} is not ready (not probed yet)"));
+                excluded.push(format!("Provider {name} is not ready (not probed yet)"));
             }
             continue;
         };
         if require_ready && !conditions::is_true(&status.conditions, READY) {
             let why = conditions::get(&status.conditions, READY).map(|c| c.reason.clone()).unwrap_or_else(|| "not probed yet".into());
-            out.excluded.push(format!("Provider {name} is not ready ({why})"));
+            excluded.push(format!("Provider {name} is not ready ({why})"));
             continue;
         }
         let caps = &p.spec.capabilities;
@@ -153,15 +154,15 @@ pub fn candidates(
             }
             let offered = |have: &[String], map: &BTreeMap<String, String>, need: &str| have.iter().any(|h| h == need) && map.contains_key(need);
             if let Some(missing) = needs_storage.iter().find(|c| !offered(&fd.storage_classes, &caps.storage_classes, c)) {
-                out.excluded.push(format!("{at} offers no storage class {missing:?}"));
+                excluded.push(format!("{at} offers no storage class {missing:?}"));
                 continue;
             }
             if let Some(missing) = needs_network.iter().find(|c| !offered(&fd.network_classes, &caps.network_classes, c)) {
-                out.excluded.push(format!("{at} offers no network class {missing:?}"));
+                excluded.push(format!("{at} offers no network class {missing:?}"));
                 continue;
             }
             if let Some(missing) = class.spec.features.iter().find(|f| !fd.features.contains(f)) {
-                out.excluded.push(format!("{at} lacks feature {missing:?}"));
+                excluded.push(format!("{at} lacks feature {missing:?}"));
                 continue;
             }
             // Required anti-affinity: no matching VM may share this candidate's topology value.
@@ -170,7 +171,7 @@ pub fn candidates(
                 held.get(value).map(|o| format!("{at} shares {}={value} with {} (required anti-affinity)", r.topology_key, o.name_any()))
             });
             if let Some(why) = conflict {
-                out.excluded.push(why);
+                excluded.push(why);
                 continue;
             }
             let own = fd.labels.iter().filter(|(k, _)| *k != PROVIDER_LABEL && *k != FAILURE_DOMAIN_LABEL).map(|(k, v)| (k.as_str(), v.as_str()));
@@ -181,8 +182,7 @@ pub fn candidates(
             b.candidate(provider, failure_domain, facts, capacity, groups.len() as u32, groups.iter().copied());
         }
     }
-    out.candidates = b.build();
-    Ok(out)
+    Ok(Candidates { candidates: b.build(), excluded })
 }
 
 /// The candidates where `image` can be used now, when there are any: a `url` image is
@@ -446,6 +446,37 @@ mod tests {
         assert_eq!((a3.vm_count(), a3.placed().map(|(_, n)| n).sum::<u32>()), (1, 1), "the web VM is counted where it is");
         assert!(still_valid(&Scheduled { provider: "a".into(), failure_domain: "a3".into(), ..Default::default() }, &found, "team"));
         assert!(!still_valid(&Scheduled { provider: "a".into(), failure_domain: "a1".into(), ..Default::default() }, &found, "team"));
+    }
+
+    #[test]
+    fn placed_vms_are_counted_where_they_are_and_shared_facts_passed_once() {
+        let providers = [provider("a", true, json!([domain("a1", "z1", &[]), domain("a2", "z1", &[]), domain("a3", "z2", &["gpu"])]))];
+        let me = vm("web-9", json!({"app": "web"}), json!({}), None);
+        let placed = [
+            vm("web-0", json!({"app": "web"}), json!({}), Some(("a", "a1"))),
+            vm("web-1", json!({"app": "web"}), json!({}), Some(("a", "a1"))),
+            vm("db-0", json!({"app": "db"}), json!({}), Some(("a", "a1"))),
+            vm("web-2", json!({"app": "web"}), json!({}), Some(("a", "a3"))),
+            vm("lost", json!({"app": "web"}), json!({}), Some(("gone", "x1"))),
+        ];
+        let vms: Vec<_> = placed.iter().cloned().chain([me.clone()]).collect();
+        let found = candidates(&me, &class(&[]), &libvirt(), &providers, &vms, true).unwrap();
+        let d = &found.candidates;
+        let by_domain: Vec<(String, u32, Vec<(String, u32)>)> = d
+            .iter()
+            .map(|c| {
+                let mut placed: Vec<(String, u32)> = c.placed().map(|(g, n)| (d.text(g.labels[0].value).to_string(), n)).collect();
+                placed.sort();
+                (c.failure_domain().to_string(), c.vm_count(), placed)
+            })
+            .collect();
+        assert_eq!(
+            by_domain,
+            [("a1".into(), 3, vec![("db".into(), 1), ("web".into(), 2)]), ("a2".into(), 0, vec![]), ("a3".into(), 1, vec![("web".into(), 1)])]
+        );
+        // a1 and a2 share zone, classes and features; a3 has its own zone and a GPU.
+        assert_eq!(d.wire().facts.len(), 2);
+        assert_eq!(d.wire().groups.len(), 2, "two label sets among the placed VMs");
     }
 
     #[test]

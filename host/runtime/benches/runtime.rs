@@ -56,17 +56,18 @@ fn host_state(n: usize) -> Vec<Domain> {
 /// The host's preparation: the request tables, interned from what it knows.
 fn host_domains(state: &[Domain]) -> Domains {
     let mut b = DomainsBuilder::with_capacity(state.len());
+    let mut groups = vec![];
     for d in state {
         let labels = d.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let facts = b.facts(&d.provider_class, labels, &d.storage_classes, &d.network_classes, &d.features);
-        let mut groups = vec![];
+        groups.clear();
         for (ns, labels, n) in &d.vms {
             let g = b.group(ns, labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             groups.extend(std::iter::repeat_n(g, *n as usize));
         }
         let (provider, fd) = (b.text(&d.provider), b.text(&d.failure_domain));
         let c = Capacity { cpus: d.capacity.cpus, memory_mib: d.capacity.memory_mib, storage_gib: d.capacity.storage_gib };
-        b.candidate(provider, fd, facts, c, d.vm_count, groups);
+        b.candidate(provider, fd, facts, c, d.vm_count, groups.iter().copied());
     }
     b.build()
 }
