@@ -208,6 +208,9 @@ pub mod fixtures {
         }
     }
 
+    /// `n` placed VMs of one namespace with the same labels: (namespace, labels, n).
+    pub type PlacedVms = (String, Vec<(String, String)>, u32);
+
     /// One failure domain, spelled out.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct Domain {
@@ -222,8 +225,7 @@ pub mod fixtures {
         pub network_classes: Vec<String>,
         pub features: Vec<String>,
         pub vm_count: u32,
-        /// Placed VMs: (namespace, labels, how many).
-        pub vms: Vec<(String, Vec<(String, String)>, u32)>,
+        pub vms: Vec<PlacedVms>,
     }
 
     /// An empty failure domain with plenty of room.

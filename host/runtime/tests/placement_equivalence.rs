@@ -26,7 +26,7 @@ fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
     from[rng.random_range(0..from.len())]
 }
 
-fn some<'a>(rng: &mut StdRng, from: &[&'a str]) -> Vec<String> {
+fn some(rng: &mut StdRng, from: &[&str]) -> Vec<String> {
     from.iter().filter(|_| rng.random_bool(0.5)).map(|s| s.to_string()).collect()
 }
 
