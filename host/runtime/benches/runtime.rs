@@ -1,6 +1,7 @@
 //! Runtime benchmark: instantiate + trivial call, load from the precompiled cache,
-//! `choose` over 10,000 candidates in Wasm vs the same code native, and the
-//! overhead of a Wasm provider call over native code on an I/O-bound call.
+//! `choose` over 10,000 candidates in Wasm vs the same code native (and a 0.1.0
+//! component through the host's adapter), and the overhead of a Wasm provider
+//! call over native code on an I/O-bound call.
 //!
 //! Run: `guests/build.sh && cargo bench -p banlieue-runtime --bench runtime`
 //! (`BENCH_ONLY=instance,load,choose,io` for some sections only).
