@@ -33,6 +33,11 @@ const FAILURE_DOMAIN_LABEL: &str = "banlieue.io/failure-domain";
 
 impl bindings::banlieue::placement::types::Host for crate::state::HostState {}
 
+/// Whether a component built for `version` (one the host accepted) runs through this adapter.
+pub(crate) fn adapts(version: &semver::Version) -> bool {
+    (version.major, version.minor) == (0, 1)
+}
+
 /// The request and candidates in 0.1.0's shape. Each candidate's labels are its
 /// domain's, plus `banlieue.io/provider` (the provider's name) and
 /// `banlieue.io/failure-domain`, sorted by key as the host used to pass them;

@@ -60,7 +60,7 @@ impl Runtime {
         let mut linker = self.wasi_linker()?;
         let invalid = |e: wasmtime::Error| CallError::Invalid(format!("{e:#}"));
         let incompatible = |e: wasmtime::Error| CallError::Incompatible(format!("{e:#}"));
-        let pre = if component.contract_version.minor == 1 && component.contract_version.major == 0 {
+        let pre = if legacy::adapts(&component.contract_version) {
             legacy::bindings::Placement::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(invalid)?;
             let pre = linker.instantiate_pre(&component.component).map_err(incompatible)?;
             Pre::Legacy(legacy::bindings::PlacementPre::new(pre).map_err(incompatible)?)
