@@ -16,7 +16,7 @@ pub mod host {
     });
 }
 
-/// `banlieue:placement@0.1.0`: the placement world.
+/// `banlieue:placement@0.2.0`: the placement world.
 pub mod placement {
     wit_bindgen::generate!({
         path: ["../wit/host", "../wit/placement"],

@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod bindings;
+pub mod candidates;
 mod error;
 pub mod http;
 pub mod log;

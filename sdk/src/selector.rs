@@ -1,8 +1,7 @@
 //! Label selectors and anti-affinity, evaluated purely over what the host passed.
 
-use crate::bindings::placement::banlieue::placement::types::{
-    AntiAffinity, Candidate, PlacedVm, Request, SelectorOp, SelectorRequirement,
-};
+use crate::bindings::placement::banlieue::placement::types::{AntiAffinity, Request, SelectorOp, SelectorRequirement};
+use crate::candidates::{Candidate, Candidates, PlacedGroup};
 use crate::lookup;
 
 /// Topology key meaning "the same Provider".
@@ -12,10 +11,11 @@ pub const FAILURE_DOMAIN_KEY: &str = "banlieue.io/failure-domain";
 /// Label the pool controller puts on its VMs.
 pub const POOL_LABEL: &str = "banlieue.io/pool";
 
-/// Whether `labels` satisfy every requirement (an empty selector matches everything).
-pub fn matches(selector: &[SelectorRequirement], labels: &[(String, String)]) -> bool {
+/// Whether the labels `label` looks up satisfy every requirement (an empty selector
+/// matches everything).
+pub fn matches<'l>(selector: &[SelectorRequirement], label: impl Fn(&str) -> Option<&'l str>) -> bool {
     selector.iter().all(|r| {
-        let value = lookup(labels, &r.key);
+        let value = label(&r.key);
         match r.op {
             SelectorOp::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
             SelectorOp::NotIn => value.is_none_or(|v| r.values.iter().all(|x| x != v)),
@@ -25,17 +25,9 @@ pub fn matches(selector: &[SelectorRequirement], labels: &[(String, String)]) ->
     })
 }
 
-/// The candidate's value for a topology key; `None` when the domain lacks the label
-/// (such a candidate is outside the rule's topology, as in Kubernetes).
-pub fn topology_value(candidate: &Candidate, key: &str) -> Option<String> {
-    match key {
-        PROVIDER_KEY => Some(candidate.provider.clone()),
-        FAILURE_DOMAIN_KEY => Some(format!("{}/{}", candidate.provider, candidate.failure_domain)),
-        _ => lookup(&candidate.labels, key).map(str::to_string),
-    }
-}
-
-/// [`topology_value`] without allocating: what candidates are compared by.
+/// A candidate's value for a topology key, compared without allocating; `None`
+/// when the domain lacks the label (such a candidate is outside the rule's
+/// topology, as in Kubernetes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Topology<'a> {
     Provider(&'a str),
@@ -43,27 +35,27 @@ enum Topology<'a> {
     Label(&'a str),
 }
 
-fn topology<'a>(candidate: &'a Candidate, key: &str) -> Option<Topology<'a>> {
+fn topology<'a>(candidate: &Candidate<'a>, key: &str) -> Option<Topology<'a>> {
     match key {
-        PROVIDER_KEY => Some(Topology::Provider(&candidate.provider)),
-        FAILURE_DOMAIN_KEY => Some(Topology::FailureDomain(&candidate.provider, &candidate.failure_domain)),
-        _ => lookup(&candidate.labels, key).map(Topology::Label),
+        PROVIDER_KEY => Some(Topology::Provider(candidate.provider())),
+        FAILURE_DOMAIN_KEY => Some(Topology::FailureDomain(candidate.provider(), candidate.failure_domain())),
+        _ => candidate.facts().label(key).map(Topology::Label),
     }
 }
 
-/// VMs of `candidate` that `rule` is about: in the request's namespace (anti-affinity
-/// only looks there) and matching its selector.
-fn matching_vms(req: &Request, rule: &AntiAffinity, candidate: &Candidate) -> u32 {
-    candidate.vms.iter().filter(|vm| vm.namespace == req.vm_namespace && matches(&rule.selector, &vm.labels)).count() as u32
+/// Whether placed VMs of `group` are ones `rule` is about: in the request's namespace
+/// (anti-affinity only looks there) and matching its selector.
+fn rule_covers(req: &Request, rule: &AntiAffinity, group: &PlacedGroup<'_>) -> bool {
+    group.namespace() == req.vm_namespace && matches(&rule.selector, |k| group.label(k))
 }
 
-/// VMs matching `rule` that share `candidate`'s topology value, counted over all candidates
-/// (anti-affinity only looks at VMs in the request's namespace).
+/// VMs matching `rule` that share `candidate`'s topology value, counted over all candidates.
 ///
 /// This scans `all`; to evaluate every candidate, build an [`AntiAffinityIndex`] once.
-pub fn conflicts(req: &Request, rule: &AntiAffinity, candidate: &Candidate, all: &[Candidate]) -> u32 {
+pub fn conflicts(req: &Request, rule: &AntiAffinity, candidate: &Candidate<'_>, all: Candidates<'_>) -> u32 {
     let Some(here) = topology(candidate, &rule.topology_key) else { return 0 };
-    all.iter().filter(|c| topology(c, &rule.topology_key) == Some(here)).map(|c| matching_vms(req, rule, c)).sum()
+    let matching = |c: &Candidate<'_>| c.placed().filter(|(g, _)| rule_covers(req, rule, g)).map(|(_, n)| n).sum::<u32>();
+    all.iter().filter(|c| topology(c, &rule.topology_key) == Some(here)).map(|c| matching(&c)).sum()
 }
 
 /// What the anti-affinity rules say about one candidate.
@@ -79,7 +71,7 @@ pub struct AntiAffinityVerdict {
 ///
 /// This scans `all` for each rule; to evaluate every candidate, build an
 /// [`AntiAffinityIndex`] once.
-pub fn anti_affinity(req: &Request, candidate: &Candidate, all: &[Candidate]) -> AntiAffinityVerdict {
+pub fn anti_affinity(req: &Request, candidate: &Candidate<'_>, all: Candidates<'_>) -> AntiAffinityVerdict {
     verdict(req, |_, rule| conflicts(req, rule, candidate, all))
 }
 
@@ -109,8 +101,9 @@ fn outcome(req: &Request, mut conflicts: impl FnMut(usize, &AntiAffinity) -> u32
 }
 
 /// The request's anti-affinity rules, evaluated over all candidates once: for each
-/// rule, how many matching VMs each topology value holds. Then each candidate's
-/// verdict is a lookup per rule, instead of a scan of every candidate.
+/// rule, which groups of placed VMs it covers, and how many covered VMs each
+/// topology value holds. Then each candidate's verdict is a lookup per rule,
+/// instead of a scan of every candidate.
 pub struct AntiAffinityIndex<'a> {
     req: &'a Request,
     /// Per rule: (topology value, matching VMs), sorted by value.
@@ -118,15 +111,21 @@ pub struct AntiAffinityIndex<'a> {
 }
 
 impl<'a> AntiAffinityIndex<'a> {
-    pub fn new(req: &'a Request, all: &'a [Candidate]) -> AntiAffinityIndex<'a> {
+    pub fn new(req: &'a Request, all: Candidates<'a>) -> AntiAffinityIndex<'a> {
         let counts = req
             .anti_affinity
             .iter()
             .map(|rule| {
+                let covered: Vec<bool> = all.groups().map(|g| rule_covers(req, rule, &g)).collect();
                 let mut v: Vec<(Topology<'a>, u32)> = all
                     .iter()
-                    .filter_map(|c| Some((topology(c, &rule.topology_key)?, matching_vms(req, rule, c))))
-                    .filter(|(_, n)| *n > 0)
+                    .filter_map(|c| {
+                        let n = c.placed().filter(|(g, _)| covered[g.index() as usize]).map(|(_, n)| n).sum::<u32>();
+                        if n == 0 {
+                            return None;
+                        }
+                        Some((topology(&c, &rule.topology_key)?, n))
+                    })
                     .collect();
                 v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 v.dedup_by(|later, first| {
@@ -143,13 +142,13 @@ impl<'a> AntiAffinityIndex<'a> {
     }
 
     /// The same as [`anti_affinity`] for `candidate` over the candidates the index was built from.
-    pub fn verdict(&self, candidate: &Candidate) -> AntiAffinityVerdict {
+    pub fn verdict(&self, candidate: &Candidate<'_>) -> AntiAffinityVerdict {
         verdict(self.req, |i, rule| self.conflicts(i, rule, candidate))
     }
 
     /// The penalty of `candidate`, or `None` when it breaks a required rule: the
     /// verdict without writing out why.
-    pub fn penalty(&self, candidate: &Candidate) -> Option<u64> {
+    pub fn penalty(&self, candidate: &Candidate<'_>) -> Option<u64> {
         if self.counts.is_empty() {
             return Some(0);
         }
@@ -159,20 +158,20 @@ impl<'a> AntiAffinityIndex<'a> {
         }
     }
 
-    fn conflicts(&self, i: usize, rule: &AntiAffinity, candidate: &Candidate) -> u32 {
+    fn conflicts(&self, i: usize, rule: &AntiAffinity, candidate: &Candidate<'_>) -> u32 {
         let Some(here) = topology(candidate, &rule.topology_key) else { return 0 };
         let counts = &self.counts[i];
         counts.binary_search_by(|(t, _)| t.cmp(&here)).map(|at| counts[at].1).unwrap_or(0)
     }
 }
 
-/// Whether `vm` is in the same group as the VM being placed: the same pool when it has
-/// one, otherwise carrying all of its labels (a VM without labels groups with its whole
-/// namespace).
+/// Whether placed VMs of `group` are in the same group as the VM being placed: the
+/// same pool when it has one, otherwise carrying all of its labels (a VM without
+/// labels groups with its whole namespace).
 ///
-/// To test many VMs, build the [`Group`] once.
-pub fn same_group(req: &Request, vm: &PlacedVm) -> bool {
-    Group::of(req).contains(vm)
+/// To test many groups, build the [`Group`] once.
+pub fn same_group(req: &Request, group: &PlacedGroup<'_>) -> bool {
+    Group::of(req).contains(group)
 }
 
 /// The group of the VM being placed (see [`same_group`]), looked up once.
@@ -189,15 +188,20 @@ impl<'a> Group<'a> {
         Group { namespace: &req.vm_namespace, pool: lookup(&req.vm_labels, POOL_LABEL), labels: &req.vm_labels }
     }
 
-    /// Whether `vm` is in this group.
-    pub fn contains(&self, vm: &PlacedVm) -> bool {
-        if vm.namespace != self.namespace {
+    /// Whether placed VMs of `group` are in this group.
+    pub fn contains(&self, group: &PlacedGroup<'_>) -> bool {
+        if group.namespace() != self.namespace {
             return false;
         }
         match self.pool {
-            Some(pool) => lookup(&vm.labels, POOL_LABEL) == Some(pool),
-            None => self.labels.iter().all(|(k, v)| lookup(&vm.labels, k) == Some(v.as_str())),
+            Some(pool) => group.label(POOL_LABEL) == Some(pool),
+            None => self.labels.iter().all(|(k, v)| group.label(k) == Some(v.as_str())),
         }
+    }
+
+    /// For each of the request's groups of placed VMs (by index), whether it is in this group.
+    pub fn members(&self, all: Candidates<'_>) -> Vec<bool> {
+        all.groups().map(|g| self.contains(&g)).collect()
     }
 }
 
@@ -217,40 +221,64 @@ mod tests {
                 weight,
             });
         }
-        let all: Vec<Candidate> = (0..60)
+        let domains: Vec<Domain> = (0..60)
             .map(|i| {
                 let ns = if i % 4 == 0 { "other" } else { "ns" };
                 let app = if i % 7 == 1 { "db" } else { "web" };
-                let mut c = with_vms(candidate(&format!("p{}", i % 4), &format!("fd{}", i % 9)), ns, &[("app", app)], 1 + (i % 2) as u32);
-                c.labels = pairs(&[("zone", ["a", "b", "c", "d", "e"][i % 5])]);
+                let mut d = candidate(&format!("p{}", i % 4), &format!("fd{}", i % 9))
+                    .with_labels(&[("zone", ["a", "b", "c", "d", "e"][i % 5])])
+                    .with_vms(ns, &[("app", app)], 1 + (i % 2) as u32);
                 if i % 2 == 0 {
-                    c.labels.push(("rack".into(), format!("r{}", i % 6)));
+                    d.labels.push(("rack".into(), format!("r{}", i % 6)));
                 }
-                c
+                d
             })
             .collect();
-        let index = AntiAffinityIndex::new(&req, &all);
+        let tables = crate::placement::fixtures::domains(&domains);
+        let all = Candidates::new(&tables).unwrap();
+        let index = AntiAffinityIndex::new(&req, all);
         let mut seen = (0, 0);
-        for c in &all {
-            let v = anti_affinity(&req, c, &all);
+        for c in all.iter() {
+            let v = anti_affinity(&req, &c, all);
             seen.0 += v.violated.is_some() as u32;
             seen.1 += (v.penalty > 0) as u32;
-            assert_eq!(index.verdict(c), v, "{}/{}", c.provider, c.failure_domain);
-            assert_eq!(index.penalty(c), v.violated.is_none().then_some(v.penalty));
+            assert_eq!(index.verdict(&c), v, "{c:?}");
+            assert_eq!(index.penalty(&c), v.violated.is_none().then_some(v.penalty));
         }
         assert!(seen.0 > 0 && seen.1 > 0 && seen.0 < all.len() as u32, "the rules both filter and weigh: {seen:?}");
     }
 
     #[test]
     fn the_group_is_the_pool_else_all_labels() {
-        let vm = |ns: &str, labels: &[(&str, &str)]| PlacedVm { namespace: ns.into(), labels: pairs(labels) };
-        let pooled = request("ns", "a", &[(POOL_LABEL, "web"), ("x", "1")]);
-        assert!(same_group(&pooled, &vm("ns", &[(POOL_LABEL, "web")])));
-        assert!(!same_group(&pooled, &vm("ns", &[(POOL_LABEL, "db"), ("x", "1")])));
-        assert!(!same_group(&pooled, &vm("other", &[(POOL_LABEL, "web")])));
-        let labelled = request("ns", "a", &[("x", "1"), ("y", "2")]);
-        assert!(same_group(&labelled, &vm("ns", &[("y", "2"), ("x", "1"), ("z", "3")])));
-        assert!(!same_group(&labelled, &vm("ns", &[("x", "1")])));
-        assert!(same_group(&request("ns", "a", &[]), &vm("ns", &[("any", "thing")])));
+        let placed = [
+            ("ns", &[(POOL_LABEL, "web")][..]),
+            ("ns", &[(POOL_LABEL, "db"), ("x", "1")]),
+            ("other", &[(POOL_LABEL, "web")]),
+            ("ns", &[("y", "2"), ("x", "1"), ("z", "3")]),
+            ("ns", &[("x", "1")]),
+            ("ns", &[("any", "thing")]),
+        ];
+        let mut d = candidate("p", "a");
+        for (ns, labels) in placed {
+            d = d.with_vms(ns, labels, 1);
+        }
+        let tables = domains(&[d]);
+        let all = Candidates::new(&tables).unwrap();
+        let members = |req: &Request| all.groups().map(|g| same_group(req, &g)).collect::<Vec<_>>();
+        assert_eq!(members(&request("ns", "a", &[(POOL_LABEL, "web"), ("x", "1")])), [true, false, false, false, false, false]);
+        assert_eq!(members(&request("ns", "a", &[("x", "1"), ("y", "2")])), [false, false, false, true, false, false]);
+        assert_eq!(members(&request("ns", "a", &[])), [true, true, false, true, true, true]);
+        assert_eq!(Group::of(&request("ns", "a", &[])).members(all), members(&request("ns", "a", &[])));
+    }
+
+    #[test]
+    fn selectors_read_labels_through_a_lookup() {
+        let labels = crate::placement::fixtures::pairs(&[("app", "db"), ("env", "prod")]);
+        let req = |key: &str, op, values: &[&str]| SelectorRequirement { key: key.into(), op, values: values.iter().map(|v| v.to_string()).collect() };
+        let matches_labels = |sel: &[SelectorRequirement]| matches(sel, |k| lookup(&labels, k));
+        assert!(matches_labels(&[req("app", SelectorOp::In, &["db", "x"]), req("env", SelectorOp::NotIn, &["dev"])]));
+        assert!(matches_labels(&[req("tier", SelectorOp::DoesNotExist, &[]), req("app", SelectorOp::Exists, &[])]));
+        assert!(!matches_labels(&[req("app", SelectorOp::NotIn, &["db"])]));
+        assert!(matches_labels(&[]));
     }
 }

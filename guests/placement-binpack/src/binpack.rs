@@ -5,14 +5,14 @@
 //! then free memory, CPUs and storage after placement (memory first: it is
 //! what runs out first on most hypervisors), then (provider, failure domain).
 
-use banlieue_sdk::placement::{self, Candidate, Decision, Policy, Request, Result, VmClass};
+use banlieue_sdk::placement::{self, Candidate, Candidates, Decision, Policy, Request, Result, VmClass};
 
 /// The binpack policy.
 pub struct Binpack;
 
 /// Free (memory MiB, CPUs, storage GiB) left in `c` once the VM is placed.
-fn left_after(class: &VmClass, c: &Candidate) -> (u64, u64, u64) {
-    let cap = &c.capacity;
+fn left_after(class: &VmClass, c: &Candidate<'_>) -> (u64, u64, u64) {
+    let cap = c.capacity();
     (
         cap.memory_mib.saturating_sub(class.memory_mib),
         cap.cpus.saturating_sub(u64::from(class.cpus)),
@@ -21,7 +21,7 @@ fn left_after(class: &VmClass, c: &Candidate) -> (u64, u64, u64) {
 }
 
 impl Policy for Binpack {
-    fn choose(req: &Request, candidates: &[Candidate]) -> Result<Decision> {
+    fn choose(req: &Request, candidates: Candidates<'_>) -> Result<Decision> {
         let feasible = placement::feasible(req, candidates)?;
         let total = candidates.len();
         let fit = feasible.len();
@@ -30,19 +30,19 @@ impl Policy for Binpack {
             .min_by(|a, b| {
                 a.penalty
                     .cmp(&b.penalty)
-                    .then(left_after(&req.class, a.candidate).cmp(&left_after(&req.class, b.candidate)))
-                    .then_with(|| placement::tie_break(a.candidate).cmp(&placement::tie_break(b.candidate)))
+                    .then(left_after(&req.class, &a.candidate).cmp(&left_after(&req.class, &b.candidate)))
+                    .then_with(|| placement::tie_break(&a.candidate).cmp(&placement::tie_break(&b.candidate)))
             })
             .expect("feasible() never returns an empty list");
-        let (mem, cpus, storage) = left_after(&req.class, best.candidate);
+        let (mem, cpus, storage) = left_after(&req.class, &best.candidate);
         let reason = format!(
             "binpack: {} keeps {mem} MiB, {cpus} CPUs, {storage} GiB free (anti-affinity penalty {}); {fit} of {total} candidates fit",
-            placement::name(best.candidate),
+            placement::name(&best.candidate),
             best.penalty
         );
         // Higher is better: less memory left, and any penalty outweighs memory.
         let score = -(mem.min(1 << 40) as i64) - (best.penalty.min(1 << 20) as i64) * (1 << 40);
-        Ok(placement::decide(best.candidate, score, reason))
+        Ok(placement::decide(&best.candidate, score, reason))
     }
 }
 
@@ -52,9 +52,16 @@ mod tests {
     use banlieue_sdk::placement::fixtures::*;
     use banlieue_sdk::placement::{AntiAffinity, SelectorOp, SelectorRequirement};
 
-    fn with_memory(mut c: Candidate, mib: u64) -> Candidate {
-        c.capacity.memory_mib = mib;
-        c
+    fn with_memory(mut d: Domain, mib: u64) -> Domain {
+        d.capacity.memory_mib = mib;
+        d
+    }
+
+    /// The chosen candidate's `provider/failure-domain`, and the score.
+    fn run(req: &Request, all: &[Domain]) -> (String, i64) {
+        let d = choose::<Binpack>(req, all).unwrap();
+        let c = &all[d.candidate as usize];
+        (format!("{}/{}", c.provider, c.failure_domain), d.score)
     }
 
     #[test]
@@ -65,9 +72,7 @@ mod tests {
             with_memory(candidate("p", "full"), 1024),
             with_memory(candidate("p", "snug"), 4096),
         ];
-        let d = Binpack::choose(&req, &all).unwrap();
-        assert_eq!(d.failure_domain, "snug");
-        assert_eq!(d.score, -2048);
+        assert_eq!(run(&req, &all), ("p/snug".into(), -2048));
     }
 
     #[test]
@@ -75,10 +80,8 @@ mod tests {
         let req = request("ns", "vm", &[]);
         let mut fewer_cpus = candidate("z", "a");
         fewer_cpus.capacity.cpus = 4;
-        let all = [candidate("b", "x"), candidate("a", "y"), fewer_cpus];
-        assert_eq!(Binpack::choose(&req, &all).unwrap().provider, "z");
-        let all = [candidate("b", "x"), candidate("a", "y")];
-        assert_eq!(Binpack::choose(&req, &all).unwrap().provider, "a");
+        assert_eq!(run(&req, &[candidate("b", "x"), candidate("a", "y"), fewer_cpus]).0, "z/a");
+        assert_eq!(run(&req, &[candidate("b", "x"), candidate("a", "y")]).0, "a/y");
     }
 
     #[test]
@@ -90,10 +93,7 @@ mod tests {
             required: false,
             weight: 1,
         });
-        let all = [
-            with_vms(with_memory(candidate("p", "snug"), 4096), "ns", &[("app", "db")], 1),
-            with_memory(candidate("p", "roomy"), 100_000),
-        ];
-        assert_eq!(Binpack::choose(&req, &all).unwrap().failure_domain, "roomy");
+        let all = [with_memory(candidate("p", "snug"), 4096).with_vms("ns", &[("app", "db")], 1), with_memory(candidate("p", "roomy"), 100_000)];
+        assert_eq!(run(&req, &all).0, "p/roomy");
     }
 }

@@ -7,7 +7,7 @@
 //! resolve the same way.
 
 use banlieue_sdk::lookup;
-use banlieue_sdk::placement::{self, Candidate, Decision, PlacedVm, Policy, Request, Result};
+use banlieue_sdk::placement::{self, Candidates, Decision, PlacedGroup, Policy, Request, Result};
 use serde::Deserialize;
 
 /// PlacementPolicy parameters.
@@ -23,31 +23,33 @@ struct Params {
 pub struct Spread;
 
 impl Policy for Spread {
-    fn choose(req: &Request, candidates: &[Candidate]) -> Result<Decision> {
+    fn choose(req: &Request, candidates: Candidates<'_>) -> Result<Decision> {
         let params: Params = placement::parameters(req)?;
         let group = InGroup::new(req, &params);
+        // Whether each group of placed VMs is the VM's, decided once per group.
+        let member: Vec<bool> = candidates.groups().map(|g| group.contains(&g)).collect();
         let feasible = placement::feasible(req, candidates)?;
         let total = candidates.len();
         let fit = feasible.len();
         let best = feasible
             .into_iter()
             .map(|f| {
-                let group = f.candidate.vms.iter().filter(|vm| group.contains(vm)).count() as u64;
+                let group: u64 = f.candidate.placed().filter(|(g, _)| member[g.index() as usize]).map(|(_, n)| u64::from(n)).sum();
                 (group + f.penalty, group, f)
             })
             .min_by(|(a, _, fa), (b, _, fb)| {
                 a.cmp(b)
-                    .then(fa.candidate.vm_count.cmp(&fb.candidate.vm_count))
-                    .then_with(|| placement::tie_break(fa.candidate).cmp(&placement::tie_break(fb.candidate)))
+                    .then(fa.candidate.vm_count().cmp(&fb.candidate.vm_count()))
+                    .then_with(|| placement::tie_break(&fa.candidate).cmp(&placement::tie_break(&fb.candidate)))
             })
             .expect("feasible() never returns an empty list");
         let (cost, group, f) = best;
         let reason = format!(
             "spread: {group} VM(s) of this group in {} (anti-affinity penalty {}); {fit} of {total} candidates fit",
-            placement::name(f.candidate),
+            placement::name(&f.candidate),
             f.penalty
         );
-        Ok(placement::decide(f.candidate, -(cost.min(i64::MAX as u64) as i64), reason))
+        Ok(placement::decide(&f.candidate, -(cost.min(i64::MAX as u64) as i64), reason))
     }
 }
 
@@ -70,12 +72,12 @@ impl<'a> InGroup<'a> {
         }
     }
 
-    fn contains(&self, vm: &PlacedVm) -> bool {
+    fn contains(&self, vms: &PlacedGroup<'_>) -> bool {
         match self {
             InGroup::Keys { namespace, values } => {
-                vm.namespace == *namespace && values.iter().all(|(k, v)| lookup(&vm.labels, k) == *v)
+                vms.namespace() == *namespace && values.iter().all(|(k, v)| vms.label(k) == *v)
             }
-            InGroup::Default(g) => g.contains(vm),
+            InGroup::Default(g) => g.contains(vms),
         }
     }
 }
@@ -87,39 +89,44 @@ mod tests {
     use banlieue_sdk::placement::fixtures::*;
     use banlieue_sdk::placement::{AntiAffinity, SelectorOp, SelectorRequirement};
 
+    /// The chosen candidate's `provider/failure-domain`, and the score.
+    fn run(req: &Request, all: &[Domain]) -> Result<(String, i64)> {
+        let d = choose::<Spread>(req, all)?;
+        let c = &all[d.candidate as usize];
+        Ok((format!("{}/{}", c.provider, c.failure_domain), d.score))
+    }
+
     const POOL: (&str, &str) = ("banlieue.io/pool", "web");
 
     #[test]
     fn picks_the_domain_with_fewest_vms_of_the_pool() {
         let req = request("ns", "web-3", &[POOL]);
         let all = [
-            with_vms(candidate("p", "a"), "ns", &[POOL], 2),
+            candidate("p", "a").with_vms("ns", &[POOL], 2),
             // Busy with other VMs, but none of this pool.
-            with_vms(candidate("p", "b"), "ns", &[("banlieue.io/pool", "db")], 5),
-            with_vms(candidate("p", "c"), "ns", &[POOL], 1),
+            candidate("p", "b").with_vms("ns", &[("banlieue.io/pool", "db")], 5),
+            candidate("p", "c").with_vms("ns", &[POOL], 1),
         ];
-        let d = Spread::choose(&req, &all).unwrap();
-        assert_eq!(d.failure_domain, "b");
-        assert_eq!(d.score, 0);
+        assert_eq!(run(&req, &all).unwrap(), ("p/b".into(), 0));
     }
 
     #[test]
     fn ties_break_on_total_vms_then_names() {
         let req = request("ns", "vm", &[POOL]);
-        let all = [candidate("q", "a"), with_vms(candidate("p", "z"), "ns", &[], 1), candidate("p", "b")];
-        let d = Spread::choose(&req, &all).unwrap();
-        assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p", "b"));
+        let all = [candidate("q", "a"), candidate("p", "z").with_vms("ns", &[], 1), candidate("p", "b")];
+        let d = run(&req, &all).unwrap();
+        assert_eq!(d.0, "p/b");
         // Input order does not matter.
         let mut rev = all.clone();
         rev.reverse();
-        assert_eq!(Spread::choose(&req, &rev).unwrap(), d);
+        assert_eq!(run(&req, &rev).unwrap(), d);
     }
 
     #[test]
     fn vms_in_other_namespaces_do_not_count() {
         let req = request("ns", "vm", &[POOL]);
-        let all = [with_vms(candidate("p", "a"), "other", &[POOL], 3), with_vms(candidate("p", "b"), "ns", &[POOL], 1)];
-        assert_eq!(Spread::choose(&req, &all).unwrap().failure_domain, "a");
+        let all = [candidate("p", "a").with_vms("other", &[POOL], 3), candidate("p", "b").with_vms("ns", &[POOL], 1)];
+        assert_eq!(run(&req, &all).unwrap().0, "p/a");
     }
 
     #[test]
@@ -133,13 +140,11 @@ mod tests {
         });
         let all = [
             // One VM of the pool, no conflicting VM: cost 1.
-            with_vms(candidate("p", "a"), "ns", &[POOL], 1),
+            candidate("p", "a").with_vms("ns", &[POOL], 1),
             // No VM of the pool but one matching the rule: cost 10.
-            with_vms(candidate("p", "b"), "ns", &[("role", "x")], 1),
+            candidate("p", "b").with_vms("ns", &[("role", "x")], 1),
         ];
-        let d = Spread::choose(&req, &all).unwrap();
-        assert_eq!(d.failure_domain, "a");
-        assert_eq!(d.score, -1);
+        assert_eq!(run(&req, &all).unwrap(), ("p/a".into(), -1));
     }
 
     #[test]
@@ -153,8 +158,8 @@ mod tests {
         });
         let mut tiny = candidate("q", "a");
         tiny.capacity.cpus = 1;
-        let all = [candidate("p", "a"), with_vms(candidate("p", "b"), "ns", &[POOL], 1), tiny];
-        let err = Spread::choose(&req, &all).unwrap_err();
+        let all = [candidate("p", "a"), candidate("p", "b").with_vms("ns", &[POOL], 1), tiny];
+        let err = run(&req, &all).unwrap_err();
         assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
         assert!(err.message().contains("q/a: 1 free CPUs"), "{err:?}");
     }
@@ -164,11 +169,11 @@ mod tests {
         let mut req = request("ns", "vm", &[("app", "api"), ("team", "x")]);
         req.parameters = r#"{"spreadBy": ["app"]}"#.into();
         let all = [
-            with_vms(candidate("p", "a"), "ns", &[("app", "api"), ("team", "y")], 1),
-            with_vms(candidate("p", "b"), "ns", &[("app", "web"), ("team", "x")], 2),
+            candidate("p", "a").with_vms("ns", &[("app", "api"), ("team", "y")], 1),
+            candidate("p", "b").with_vms("ns", &[("app", "web"), ("team", "x")], 2),
         ];
-        assert_eq!(Spread::choose(&req, &all).unwrap().failure_domain, "b");
+        assert_eq!(run(&req, &all).unwrap().0, "p/b");
         req.parameters = r#"{"bogus": 1}"#.into();
-        assert!(matches!(Spread::choose(&req, &all), Err(Error::InvalidSpec(_))));
+        assert!(matches!(run(&req, &all), Err(Error::InvalidSpec(_))));
     }
 }

@@ -124,6 +124,7 @@ impl Reason {
             CallError::Memory(_) => Reason::MemoryLimitExceeded,
             CallError::Trap(_) => Reason::Trapped,
             CallError::Busy(_) => Reason::Busy,
+            CallError::InvalidDecision(_) => Reason::InvalidDecision,
         }
     }
 

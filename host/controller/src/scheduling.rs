@@ -3,12 +3,13 @@
 //! selectors, classes and features the VMClass needs, required anti-affinity);
 //! the component ranks what is left (spread, binpack, or a team's own policy).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use banlieue_api::provider::FailureDomain;
 use banlieue_api::vm::{AffinityMode, Scheduled};
 use banlieue_api::{Provider, VMClass, VirtualMachine};
-use banlieue_runtime::placement::{AntiAffinity, Candidate, Capacity, PlacedVm, Request, SelectorOp, SelectorRequirement, VmClass};
+use banlieue_runtime::placement::{AntiAffinity, Capacity, Domains, DomainsBuilder, Request, SelectorOp, SelectorRequirement, VmClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use kube::ResourceExt;
@@ -27,7 +28,7 @@ pub const FAILURE_DOMAIN_LABEL: &str = "banlieue.io/failure-domain";
 
 /// Candidates for one VM, and why the others were left out (for the condition message).
 pub struct Candidates {
-    pub candidates: Vec<Candidate>,
+    pub candidates: Domains,
     pub excluded: Vec<String>,
 }
 
@@ -39,11 +40,20 @@ fn selector(s: &Option<LabelSelector>) -> Result<Option<Selector>, String> {
 }
 
 /// The labels of one failure domain of one Provider, as selectors and topology keys see them.
-fn domain_labels(provider: &Provider, fd: &banlieue_api::provider::FailureDomain) -> BTreeMap<String, String> {
+fn domain_labels(provider: &str, fd: &FailureDomain) -> BTreeMap<String, String> {
     let mut labels = fd.labels.clone();
-    labels.insert(PROVIDER_LABEL.into(), provider.name_any());
+    labels.insert(PROVIDER_LABEL.into(), provider.to_string());
     labels.insert(FAILURE_DOMAIN_LABEL.into(), fd.name.clone());
     labels
+}
+
+/// One label of [`domain_labels`], without building them all.
+fn domain_label<'a>(provider: &'a str, fd: &'a FailureDomain, key: &str) -> Option<&'a str> {
+    match key {
+        PROVIDER_LABEL => Some(provider),
+        FAILURE_DOMAIN_LABEL => Some(&fd.name),
+        _ => fd.labels.get(key).map(String::as_str),
+    }
 }
 
 /// Every failure domain of `vm`'s namespace that satisfies its hard constraints.
@@ -53,6 +63,10 @@ fn domain_labels(provider: &Provider, fd: &banlieue_api::provider::FailureDomain
 /// With `require_ready` false, Providers whose probe currently fails still count
 /// (to judge whether a running VM's placement still holds: a backend blip is no
 /// reason to move a VM).
+///
+/// Texts, facts and groups of placed VMs are interned as they are met; the
+/// placed VMs are indexed by (provider, failure domain) once, so the work grows
+/// with domains + VMs, not their product.
 pub fn candidates(
     vm: &VirtualMachine,
     class: &VMClass,
@@ -67,26 +81,47 @@ pub fn candidates(
     let domain_selector = selector(&placement.failure_domain_selector)?;
     let needs_storage: BTreeSet<&str> = class.spec.disks.iter().map(|d| d.storage_class.as_str()).collect();
     let needs_network: BTreeSet<&str> = class.spec.nics.iter().map(|n| n.network_class.as_str()).collect();
+    let domain_count = providers.iter().filter_map(|p| p.status.as_ref()).map(|s| s.failure_domains.len()).sum();
+    let mut b = DomainsBuilder::with_capacity(domain_count);
 
-    // Where every other VM of the namespace is, with that domain's labels.
-    let mut domains: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
-    for p in providers {
-        for fd in p.status.as_ref().map(|s| s.failure_domains.as_slice()).unwrap_or_default() {
-            domains.insert((p.name_any(), fd.name.clone()), domain_labels(p, fd));
-        }
-    }
+    // Every other placed VM of the namespace, its group interned, indexed by where it is.
     let placed: Vec<(&VirtualMachine, &Scheduled)> = vms
         .iter()
         .filter(|o| o.namespace().as_deref() == Some(namespace.as_str()) && o.uid() != vm.uid())
         .filter_map(|o| o.status.as_ref()?.scheduled.as_ref().map(|s| (o.as_ref(), s)))
         .collect();
+    let mut here: HashMap<(&str, &str), Vec<u32>> = HashMap::new();
+    for (o, s) in &placed {
+        let group = b.group(&namespace, o.labels().iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        here.entry((s.provider.as_str(), s.failure_domain.as_str())).or_default().push(group);
+    }
+
+    // Required anti-affinity: per rule, the first matching VM holding each topology value.
     let rules: Vec<(Selector, &banlieue_api::vm::AntiAffinityRule)> = placement
         .anti_affinity
         .iter()
+        .filter(|r| r.mode == AffinityMode::Required)
         .map(|r| Selector::try_from(r.label_selector.clone()).map(|s| (s, r)).map_err(|e| format!("invalid anti-affinity selector: {e}")))
         .collect::<Result<_, _>>()?;
+    let mut held: Vec<HashMap<&str, &VirtualMachine>> = vec![HashMap::new(); rules.len()];
+    if !rules.is_empty() {
+        let mut domains: HashMap<(String, &str), &FailureDomain> = HashMap::new();
+        for p in providers {
+            for fd in p.status.as_ref().map(|s| s.failure_domains.as_slice()).unwrap_or_default() {
+                domains.insert((p.name_any(), fd.name.as_str()), fd);
+            }
+        }
+        for (o, s) in &placed {
+            let Some(fd) = domains.get(&(s.provider.clone(), s.failure_domain.as_str())) else { continue };
+            for ((sel, r), held) in rules.iter().zip(&mut held) {
+                if let Some(value) = domain_label(&s.provider, fd, &r.topology_key).filter(|_| sel.matches(o.labels())) {
+                    held.entry(value).or_insert(o);
+                }
+            }
+        }
+    }
 
-    let mut out = Candidates { candidates: vec![], excluded: vec![] };
+    let mut excluded = vec![];
     for p in providers {
         let name = p.name_any();
         if placement.provider_ref.as_ref().is_some_and(|r| r.name != name) {
@@ -96,67 +131,58 @@ pub fn candidates(
             continue;
         }
         if !image_classes.contains(&p.spec.provider_class_ref.name) {
-            out.excluded.push(format!("the image has no source for Provider {name}'s class {:?}", p.spec.provider_class_ref.name));
+            excluded.push(format!("the image has no source for Provider {name}'s class {:?}", p.spec.provider_class_ref.name));
             continue;
         }
-        let status = p.status.clone().unwrap_or_default();
+        let Some(status) = p.status.as_ref() else {
+            if require_ready {
+                excluded.push(format!("Provider {name} is not ready (not probed yet)"));
+            }
+            continue;
+        };
         if require_ready && !conditions::is_true(&status.conditions, READY) {
             let why = conditions::get(&status.conditions, READY).map(|c| c.reason.clone()).unwrap_or_else(|| "not probed yet".into());
-            out.excluded.push(format!("Provider {name} is not ready ({why})"));
+            excluded.push(format!("Provider {name} is not ready ({why})"));
             continue;
         }
         let caps = &p.spec.capabilities;
+        let provider = b.text(&format!("{namespace}/{name}"));
         for fd in &status.failure_domains {
-            let labels = domain_labels(p, fd);
             let at = format!("{name}/{}", fd.name);
-            if domain_selector.as_ref().is_some_and(|s| !s.matches(&labels)) {
+            if domain_selector.as_ref().is_some_and(|s| !s.matches(&domain_labels(&name, fd))) {
                 continue;
             }
             let offered = |have: &[String], map: &BTreeMap<String, String>, need: &str| have.iter().any(|h| h == need) && map.contains_key(need);
             if let Some(missing) = needs_storage.iter().find(|c| !offered(&fd.storage_classes, &caps.storage_classes, c)) {
-                out.excluded.push(format!("{at} offers no storage class {missing:?}"));
+                excluded.push(format!("{at} offers no storage class {missing:?}"));
                 continue;
             }
             if let Some(missing) = needs_network.iter().find(|c| !offered(&fd.network_classes, &caps.network_classes, c)) {
-                out.excluded.push(format!("{at} offers no network class {missing:?}"));
+                excluded.push(format!("{at} offers no network class {missing:?}"));
                 continue;
             }
             if let Some(missing) = class.spec.features.iter().find(|f| !fd.features.contains(f)) {
-                out.excluded.push(format!("{at} lacks feature {missing:?}"));
+                excluded.push(format!("{at} lacks feature {missing:?}"));
                 continue;
             }
-            let here: Vec<&VirtualMachine> = placed
-                .iter()
-                .filter(|(_, s)| s.provider == name && s.failure_domain == fd.name)
-                .map(|(o, _)| *o)
-                .collect();
             // Required anti-affinity: no matching VM may share this candidate's topology value.
-            let conflict = rules.iter().filter(|(_, r)| r.mode == AffinityMode::Required).find_map(|(sel, r)| {
-                let value = labels.get(&r.topology_key)?;
-                placed.iter().find(|(o, s)| {
-                    sel.matches(o.labels())
-                        && domains.get(&(s.provider.clone(), s.failure_domain.clone())).and_then(|l| l.get(&r.topology_key)) == Some(value)
-                }).map(|(o, _)| format!("{at} shares {}={value} with {} (required anti-affinity)", r.topology_key, o.name_any()))
+            let conflict = rules.iter().zip(&held).find_map(|((_, r), held)| {
+                let value = domain_label(&name, fd, &r.topology_key)?;
+                held.get(value).map(|o| format!("{at} shares {}={value} with {} (required anti-affinity)", r.topology_key, o.name_any()))
             });
             if let Some(why) = conflict {
-                out.excluded.push(why);
+                excluded.push(why);
                 continue;
             }
-            out.candidates.push(Candidate {
-                provider: format!("{namespace}/{name}"),
-                provider_class: p.spec.provider_class_ref.name.clone(),
-                failure_domain: fd.name.clone(),
-                labels: labels.into_iter().collect(),
-                capacity: Capacity { cpus: fd.capacity.cpus, memory_mib: fd.capacity.memory_mib, storage_gib: fd.capacity.storage_gib },
-                storage_classes: fd.storage_classes.clone(),
-                network_classes: fd.network_classes.clone(),
-                features: fd.features.clone(),
-                vm_count: here.len() as u32,
-                vms: here.iter().map(|o| PlacedVm { namespace: namespace.clone(), labels: o.labels().clone().into_iter().collect() }).collect(),
-            });
+            let own = fd.labels.iter().filter(|(k, _)| *k != PROVIDER_LABEL && *k != FAILURE_DOMAIN_LABEL).map(|(k, v)| (k.as_str(), v.as_str()));
+            let facts = b.facts(&p.spec.provider_class_ref.name, own, &fd.storage_classes, &fd.network_classes, &fd.features);
+            let groups = here.get(&(name.as_str(), fd.name.as_str())).map(Vec::as_slice).unwrap_or_default();
+            let capacity = Capacity { cpus: fd.capacity.cpus, memory_mib: fd.capacity.memory_mib, storage_gib: fd.capacity.storage_gib };
+            let failure_domain = b.text(&fd.name);
+            b.candidate(provider, failure_domain, facts, capacity, groups.len() as u32, groups.iter().copied());
         }
     }
-    Ok(out)
+    Ok(Candidates { candidates: b.build(), excluded })
 }
 
 /// The candidates where `image` can be used now, when there are any: a `url` image is
@@ -164,22 +190,21 @@ pub fn candidates(
 /// prefers those. With none of them (the imports still running), every candidate stays: the
 /// imagebuilder imports into each Provider of the class, and a VM placed before its Provider
 /// has the image waits with `ImageNotReady`.
-pub fn prefer_imported(candidates: Vec<Candidate>, image: &banlieue_api::VMImage) -> Vec<Candidate> {
-    let usable = |c: &Candidate| match image.source_for(&c.provider_class) {
-        Some(src) if src.url.is_some() || src.is_built() => crate::resolve::imported(image, &c.provider, src.checksum.as_deref()).is_ok(),
+pub fn prefer_imported(mut candidates: Domains, image: &banlieue_api::VMImage) -> Domains {
+    let usable = |c: banlieue_runtime::placement::CandidateRef<'_>| match image.source_for(c.provider_class()) {
+        Some(src) if src.url.is_some() || src.is_built() => crate::resolve::imported(image, c.provider(), src.checksum.as_deref()).is_ok(),
         _ => true,
     };
     if candidates.iter().any(usable) {
-        candidates.into_iter().filter(usable).collect()
-    } else {
-        candidates
+        candidates.retain(usable);
     }
+    candidates
 }
 
 /// Is the VM's current placement still among the candidates?
 pub fn still_valid(scheduled: &Scheduled, candidates: &Candidates, namespace: &str) -> bool {
     let provider = format!("{namespace}/{}", scheduled.provider);
-    candidates.candidates.iter().any(|c| c.provider == provider && c.failure_domain == scheduled.failure_domain)
+    candidates.candidates.iter().any(|c| c.provider() == provider && c.failure_domain() == scheduled.failure_domain)
 }
 
 /// The placement request for `vm`.
@@ -234,9 +259,18 @@ fn anti_affinity(r: &banlieue_api::vm::AntiAffinityRule) -> AntiAffinity {
     }
 }
 
+/// The candidate a placement component chose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    /// `namespace/name` of the Provider.
+    pub provider: String,
+    pub provider_class: String,
+    pub failure_domain: String,
+}
+
 /// What the placement component chose, and why.
 pub struct Decision {
-    pub candidate: Candidate,
+    pub candidate: Chosen,
     /// The policy that chose (`spread` when none is named).
     pub policy: String,
     /// The policy's own words.
@@ -246,12 +280,12 @@ pub struct Decision {
 /// Let the placement policy `policy_ref` (or the built-in spread) choose among
 /// `candidates`. `request` builds the request from the policy's parameters; `object`
 /// names what is placed, for the component's log lines. A policy answering with
-/// something that is not a candidate is refused here.
+/// something that is not a candidate is refused (`InvalidDecision`).
 pub async fn decide(
     ctx: &Context,
     policy_ref: Option<&NameRef>,
     request: impl FnOnce(&BTreeMap<String, serde_json::Value>) -> Request,
-    candidates: &[Candidate],
+    candidates: &Domains,
     object: String,
 ) -> Result<Decision, Failure> {
     let (policy_name, policy, parameters) = match policy_ref {
@@ -276,11 +310,11 @@ pub async fn decide(
         let reason = if reason == Reason::BackendUnavailable { Reason::NoCandidates } else { reason };
         (reason, format!("placement policy {policy_name:?}: {message}"), retry)
     })?;
-    let candidate = candidates
-        .iter()
-        .find(|c| c.provider == decision.provider && c.failure_domain == decision.failure_domain)
-        .cloned()
-        .ok_or_else(|| (Reason::InvalidDecision, format!("placement policy {policy_name:?} chose {}/{}, which is not a candidate", decision.provider, decision.failure_domain), false))?;
+    // The runtime checked the index; a candidate list changed under us would be a bug here.
+    let c = candidates
+        .get(decision.candidate)
+        .ok_or_else(|| (Reason::InvalidDecision, format!("placement policy {policy_name:?} chose candidate {}, which does not exist", decision.candidate), false))?;
+    let candidate = Chosen { provider: c.provider().into(), provider_class: c.provider_class().into(), failure_domain: c.failure_domain().into() };
     Ok(Decision { candidate, policy: policy_name, why: decision.reason })
 }
 
@@ -318,7 +352,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "team"}, "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "os"}}})).unwrap();
         let classes: BTreeSet<String> = ["libvirt".to_string()].into();
         let all = candidates(&vm, &class(&[]), &classes, &providers, &[], true).unwrap().candidates;
-        let names = |c: &[Candidate]| c.iter().map(|c| c.provider.clone()).collect::<Vec<_>>();
+        let names = |c: &Domains| c.iter().map(|c| c.provider().to_string()).collect::<Vec<_>>();
         assert_eq!(names(&prefer_imported(all.clone(), &image)), ["team/a", "team/b"], "no import yet: every candidate");
         let import = |provider: &str, phase: ImportPhase, digest: &str| ImageImport {
             provider: provider.into(), phase, digest: Some(digest.into()), reference: Some("/pool/os".into()), message: None,
@@ -365,7 +399,7 @@ mod tests {
     }
 
     fn names(c: &Candidates) -> Vec<String> {
-        c.candidates.iter().map(|c| format!("{}/{}", c.provider, c.failure_domain)).collect()
+        c.candidates.iter().map(|c| format!("{}/{}", c.provider(), c.failure_domain())).collect()
     }
 
     #[test]
@@ -408,10 +442,39 @@ mod tests {
         let found = candidates(&me, &class(&[]), &libvirt(), &providers, &[me.clone(), other, unrelated], true).unwrap();
         assert_eq!(names(&found), ["team/a/a3"], "z1 holds db-0: both of its domains are out");
         assert!(found.excluded.iter().any(|w| w.contains("shares zone=z1 with db-0")), "{:?}", found.excluded);
-        let a3 = &found.candidates[0];
-        assert_eq!((a3.vm_count, a3.vms.len()), (1, 1), "the web VM is counted where it is");
+        let a3 = found.candidates.get(0).unwrap();
+        assert_eq!((a3.vm_count(), a3.placed().map(|(_, n)| n).sum::<u32>()), (1, 1), "the web VM is counted where it is");
         assert!(still_valid(&Scheduled { provider: "a".into(), failure_domain: "a3".into(), ..Default::default() }, &found, "team"));
         assert!(!still_valid(&Scheduled { provider: "a".into(), failure_domain: "a1".into(), ..Default::default() }, &found, "team"));
+    }
+
+    #[test]
+    fn placed_vms_are_counted_where_they_are_and_shared_facts_passed_once() {
+        let providers = [provider("a", true, json!([domain("a1", "z1", &[]), domain("a2", "z1", &[]), domain("a3", "z2", &["gpu"])]))];
+        let me = vm("web-9", json!({"app": "web"}), json!({}), None);
+        let placed = [
+            vm("web-0", json!({"app": "web"}), json!({}), Some(("a", "a1"))),
+            vm("web-1", json!({"app": "web"}), json!({}), Some(("a", "a1"))),
+            vm("db-0", json!({"app": "db"}), json!({}), Some(("a", "a1"))),
+            vm("web-2", json!({"app": "web"}), json!({}), Some(("a", "a3"))),
+            vm("lost", json!({"app": "web"}), json!({}), Some(("gone", "x1"))),
+        ];
+        let vms: Vec<_> = placed.iter().cloned().chain([me.clone()]).collect();
+        let found = candidates(&me, &class(&[]), &libvirt(), &providers, &vms, true).unwrap();
+        let d = &found.candidates;
+        // Per domain: `name vm-count app=count…`.
+        let by_domain: Vec<String> = d
+            .iter()
+            .map(|c| {
+                let mut placed: Vec<String> = c.placed().map(|(g, n)| format!("{}={n}", d.text(g.labels[0].value))).collect();
+                placed.sort();
+                format!("{} {} {}", c.failure_domain(), c.vm_count(), placed.join(","))
+            })
+            .collect();
+        assert_eq!(by_domain, ["a1 3 db=1,web=2", "a2 0 ", "a3 1 web=1"]);
+        // a1 and a2 share zone, classes and features; a3 has its own zone and a GPU.
+        assert_eq!(d.wire().facts.len(), 2);
+        assert_eq!(d.wire().groups.len(), 2, "two label sets among the placed VMs");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Runtime benchmark: instantiate + trivial call, load from the precompiled cache,
-//! `choose` over 10,000 candidates in Wasm vs the same code native, and the
-//! overhead of a Wasm provider call over native code on an I/O-bound call.
+//! `choose` over 10,000 candidates in Wasm vs the same code native (and a 0.1.0
+//! component through the host's adapter), and the overhead of a Wasm provider
+//! call over native code on an I/O-bound call.
 //!
 //! Run: `guests/build.sh && cargo bench -p banlieue-runtime --bench runtime`
 //! (`BENCH_ONLY=instance,load,choose,io` for some sections only).
@@ -9,11 +10,16 @@ use std::time::{Duration, Instant};
 
 use banlieue_runtime::capability::http::HttpGrant;
 use banlieue_runtime::capability::Grants;
-use banlieue_runtime::placement::{Candidate, Capacity, PlacedVm, Request, VmClass};
+use banlieue_runtime::placement::{Capacity, Domains, DomainsBuilder, Request, VmClass};
 use banlieue_runtime::provider::ProviderConfig;
 use banlieue_runtime::{Limits, Runtime, RuntimeConfig};
-use banlieue_sdk::placement::Policy;
+use banlieue_sdk::placement::fixtures::Domain;
+use banlieue_sdk::placement::{Candidates, Policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+// The host's request and tables as the SDK's types, for the native run.
+#[path = "../tests/sdk_tables/mod.rs"]
+mod sdk_tables;
 
 fn guest(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/../../guests/dist/{name}.wasm", env!("CARGO_MANIFEST_DIR"))).expect("run guests/build.sh first")
@@ -29,26 +35,42 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn pairs(v: &[(String, String)]) -> Vec<(String, String)> {
-    v.to_vec()
-}
-
-/// 10,000 candidates as the host would build them.
-fn host_candidates(n: usize) -> Vec<Candidate> {
+/// What the host knows about 10,000 failure domains (10 Providers; three zones;
+/// up to two VMs each), before any placement request is made.
+fn host_state(n: usize) -> Vec<Domain> {
     (0..n)
-        .map(|i| Candidate {
-            provider: format!("p{}", i % 10),
-            provider_class: "libvirt".into(),
-            failure_domain: format!("fd-{i}"),
-            labels: vec![("zone".into(), format!("z{}", i % 3))],
-            capacity: Capacity { cpus: 64, memory_mib: 65536 + (i as u64 % 97), storage_gib: 1000 },
-            storage_classes: vec!["standard".into()],
-            network_classes: vec!["default".into()],
-            features: vec![],
-            vm_count: (i % 5) as u32,
-            vms: (0..(i % 3)).map(|_| PlacedVm { namespace: "default".into(), labels: vec![("app".into(), "web".into())] }).collect(),
+        .map(|i| {
+            let mut d = banlieue_sdk::placement::fixtures::candidate(&format!("default/p{}", i % 10), &format!("fd-{i}"))
+                .with_labels(&[("zone", &format!("z{}", i % 3))]);
+            d.capacity = banlieue_sdk::placement::Capacity { cpus: 64, memory_mib: 65536 + (i as u64 % 97), storage_gib: 1000 };
+            d.storage_classes = vec!["standard".into()];
+            d.network_classes = vec!["default".into()];
+            d.vm_count = (i % 5) as u32;
+            if i % 3 > 0 {
+                d.vms.push(("default".into(), vec![("app".into(), "web".into())], (i % 3) as u32));
+            }
+            d
         })
         .collect()
+}
+
+/// The host's preparation: the request tables, interned from what it knows.
+fn host_domains(state: &[Domain]) -> Domains {
+    let mut b = DomainsBuilder::with_capacity(state.len());
+    let mut groups = vec![];
+    for d in state {
+        let labels = d.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let facts = b.facts(&d.provider_class, labels, &d.storage_classes, &d.network_classes, &d.features);
+        groups.clear();
+        for (ns, labels, n) in &d.vms {
+            let g = b.group(ns, labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            groups.extend(std::iter::repeat_n(g, *n as usize));
+        }
+        let (provider, fd) = (b.text(&d.provider), b.text(&d.failure_domain));
+        let c = Capacity { cpus: d.capacity.cpus, memory_mib: d.capacity.memory_mib, storage_gib: d.capacity.storage_gib };
+        b.candidate(provider, fd, facts, c, d.vm_count, groups.iter().copied());
+    }
+    b.build()
 }
 
 fn host_request() -> Request {
@@ -60,36 +82,6 @@ fn host_request() -> Request {
         parameters: "{}".into(),
         anti_affinity: vec![],
     }
-}
-
-/// The same inputs in the guest SDK's types, for the native run.
-fn native_inputs(n: usize) -> (banlieue_sdk::placement::Request, Vec<banlieue_sdk::placement::Candidate>) {
-    use banlieue_sdk::placement as s;
-    let hr = host_request();
-    let req = s::Request {
-        vm_name: hr.vm_name,
-        vm_namespace: hr.vm_namespace,
-        vm_labels: pairs(&hr.vm_labels),
-        class: s::VmClass { name: hr.class.name, cpus: 2, memory_mib: 2048, storage_gib: 20, storage_classes: hr.class.storage_classes, network_classes: hr.class.network_classes, features: vec![] },
-        parameters: "{}".into(),
-        anti_affinity: vec![],
-    };
-    let cands = host_candidates(n)
-        .into_iter()
-        .map(|c| s::Candidate {
-            provider: c.provider,
-            provider_class: c.provider_class,
-            failure_domain: c.failure_domain,
-            labels: c.labels,
-            capacity: s::Capacity { cpus: c.capacity.cpus, memory_mib: c.capacity.memory_mib, storage_gib: c.capacity.storage_gib },
-            storage_classes: c.storage_classes,
-            network_classes: c.network_classes,
-            features: c.features,
-            vm_count: c.vm_count,
-            vms: c.vms.into_iter().map(|v| s::PlacedVm { namespace: v.namespace, labels: v.labels }).collect(),
-        })
-        .collect();
-    (req, cands)
 }
 
 async fn loopback_server() -> u16 {
@@ -157,47 +149,57 @@ async fn main() {
     }
 
     // 3. choose over 10,000 candidates, data preparation included, Wasm vs native;
-    //    and where the time goes.
+    //    where the time goes; and a 0.1.0 component through the adapter.
     if want("choose") {
+        let state = host_state(10_000);
+        let legacy = rt.placement(&guest("placement-legacy")).unwrap();
         let (mut wasm, mut native) = (Vec::new(), Vec::new());
-        let (mut prep, mut call, mut ignored, mut nprep, mut ncall) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..15 {
+        let (mut prep, mut call, mut ignored, mut nprep, mut ncall, mut legacy_call) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..31 {
             let t = Instant::now();
-            let cands = host_candidates(10_000);
+            let domains = host_domains(&state);
             let req = host_request();
             let prepared = t.elapsed();
-            let d = spread.choose(&req, &cands, Limits::default(), Grants::default()).await.unwrap();
+            let d = spread.choose(&req, &domains, Limits::default(), Grants::default()).await.unwrap();
             let total = t.elapsed();
             prep.push(prepared);
             call.push(total - prepared);
             wasm.push(total);
 
+            // Native: the same preparation, then the tables handed over as the SDK's types.
             let t = Instant::now();
-            let (nreq, ncands) = native_inputs(10_000);
+            let tables = sdk_tables::tables(host_domains(&state));
+            let nreq = sdk_tables::request(&host_request());
             let prepared = t.elapsed();
-            let n = placement_spread::Spread::choose(&nreq, &ncands).unwrap();
+            let n = placement_spread::Spread::choose(&nreq, Candidates::new(&tables).unwrap()).unwrap();
             let total = t.elapsed();
             nprep.push(prepared);
             ncall.push(total - prepared);
             native.push(total);
-            assert_eq!((d.provider, d.failure_domain), (n.provider, n.failure_domain), "same decision");
+            assert_eq!((d.candidate, d.score, &d.reason), (n.candidate, n.score, &n.reason), "same decision");
 
             // Invalid parameters: the policy fails before it looks at a candidate, so
             // this is the cost of the call itself: a fresh instance and moving the
-            // 10,000 candidates into guest memory.
-            let bad = Request { parameters: "{not json".into(), ..req };
+            // tables into guest memory.
+            let bad = Request { parameters: "{not json".into(), ..req.clone() };
             let t = Instant::now();
-            spread.choose(&bad, &cands, Limits::default(), Grants::default()).await.unwrap_err();
+            spread.choose(&bad, &domains, Limits::default(), Grants::default()).await.unwrap_err();
             ignored.push(t.elapsed());
+
+            // A 0.1.0 component (most free memory): the tables expanded into 0.1.0's shape.
+            let t = Instant::now();
+            legacy.choose(&req, &domains, Limits::default(), Grants::default()).await.unwrap();
+            legacy_call.push(t.elapsed());
         }
         let (w, n) = (median(wasm), median(native));
         println!("choose over 10,000 candidates, Wasm:    {:>10.2?} median", w);
         println!("choose over 10,000 candidates, native:  {:>10.2?} median  (Wasm/native = {:.2}x)", n, w.as_secs_f64() / n.as_secs_f64());
-        println!("  Wasm: host builds the candidates      {:>10.2?} median", median(prep));
+        println!("  Wasm: host builds the tables          {:>10.2?} median", median(prep));
         println!("  Wasm: the choose call                 {:>10.2?} median", median(call));
         println!("  Wasm: a call that ignores its input   {:>10.2?} median", median(ignored));
-        println!("  native: build the candidates          {:>10.2?} median", median(nprep));
+        println!("  native: build the tables (the same)   {:>10.2?} median", median(nprep));
         println!("  native: the policy                    {:>10.2?} median", median(ncall));
+        println!("  0.1.0 component through the adapter   {:>10.2?} median  (call only; the tables as above)", median(legacy_call));
     }
     if !want("io") {
         return;

@@ -15,8 +15,11 @@ pub enum Contract {
 }
 
 /// Contract versions this host implements.
-pub const PLACEMENT_VERSION: &str = "0.1.0";
+pub const PLACEMENT_VERSION: &str = "0.2.0";
 pub const PROVIDER_VERSION: &str = "0.3.0";
+/// Older placement contracts the host still runs, by lowering each request into
+/// their shape (see `placement::legacy`).
+pub const PLACEMENT_LEGACY_VERSIONS: &[&str] = &["0.1.0"];
 
 impl Contract {
     pub fn world(self) -> &'static str {
@@ -31,12 +34,13 @@ impl Contract {
             Contract::Provider => "banlieue:provider/driver",
         }
     }
-    fn host_version(self) -> semver::Version {
-        let v = match self {
-            Contract::Placement => PLACEMENT_VERSION,
-            Contract::Provider => PROVIDER_VERSION,
+    /// The versions this host implements, the current one first.
+    fn host_versions(self) -> Vec<semver::Version> {
+        let versions: Vec<&str> = match self {
+            Contract::Placement => [PLACEMENT_VERSION].iter().chain(PLACEMENT_LEGACY_VERSIONS).copied().collect(),
+            Contract::Provider => vec![PROVIDER_VERSION],
         };
-        semver::Version::parse(v).expect("valid")
+        versions.into_iter().map(|v| semver::Version::parse(v).expect("valid")).collect()
     }
     /// Interfaces (name prefixes) the host provides to this contract's components.
     fn allowed_imports(self) -> Vec<&'static str> {
@@ -66,6 +70,20 @@ fn compatible(host: &semver::Version, guest: &semver::Version) -> bool {
     host.major == guest.major && (host.major != 0 || host.minor == guest.minor)
 }
 
+/// Refuse a component built for a version this host neither implements nor adapts.
+fn check_version(contract: Contract, version: &semver::Version) -> Result<(), CallError> {
+    let implemented = contract.host_versions();
+    if implemented.iter().any(|host| compatible(host, version)) {
+        return Ok(());
+    }
+    let implemented: Vec<String> = implemented.iter().map(ToString::to_string).collect();
+    Err(CallError::Incompatible(format!(
+        "component was built for {}@{version}; this host implements {}",
+        contract.export(),
+        implemented.join(" and ")
+    )))
+}
+
 impl Runtime {
     /// Compile a component (or load it from the cache) and check it implements `contract`.
     pub fn load(&self, bytes: &[u8], contract: Contract) -> Result<LoadedComponent, CallError> {
@@ -91,13 +109,7 @@ impl Runtime {
         let version = export.rsplit_once('@').map(|(_, v)| v).unwrap_or_default();
         let version = semver::Version::parse(version)
             .map_err(|e| CallError::Incompatible(format!("export {export} has an invalid version: {e}")))?;
-        if !compatible(&contract.host_version(), &version) {
-            return Err(CallError::Incompatible(format!(
-                "component was built for {}@{version}; this host implements {}",
-                contract.export(),
-                contract.host_version()
-            )));
-        }
+        check_version(contract, &version)?;
         // Imports: nothing the host doesn't provide to this kind of component.
         let allowed = contract.allowed_imports();
         for (name, _) in ty.imports(engine) {
@@ -135,7 +147,7 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
-    use super::compatible;
+    use super::{check_version, compatible, Contract};
     use semver::Version;
 
     #[test]
@@ -145,6 +157,16 @@ mod tests {
         assert!(!compatible(&v("0.1.0"), &v("0.2.0")));
         assert!(compatible(&v("1.2.0"), &v("1.0.0")));
         assert!(!compatible(&v("1.2.0"), &v("2.0.0")));
+    }
+
+    #[test]
+    fn placement_0_2_and_0_1_load_and_nothing_else() {
+        let v = |s| Version::parse(s).unwrap();
+        assert!(check_version(Contract::Placement, &v("0.2.1")).is_ok());
+        assert!(check_version(Contract::Placement, &v("0.1.0")).is_ok());
+        let refused = check_version(Contract::Placement, &v("0.3.0")).unwrap_err().to_string();
+        assert!(refused.ends_with("built for banlieue:placement/policy@0.3.0; this host implements 0.2.0 and 0.1.0"), "{refused}");
+        assert!(check_version(Contract::Provider, &v("0.2.0")).is_err());
     }
 }
 

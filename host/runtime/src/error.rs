@@ -23,6 +23,19 @@ pub enum CallError {
     /// The component returned an error value of the contract.
     #[error("{0}")]
     Guest(GuestError),
+    /// The component answered, but with something the contract does not allow.
+    #[error("invalid decision: {0}")]
+    InvalidDecision(#[from] InvalidDecision),
+}
+
+/// A placement decision that names no candidate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidDecision {
+    #[error("the policy chose candidate {index} of {candidates}")]
+    OutOfRange { index: u32, candidates: usize },
+    /// From a 0.1 component, which names its choice by provider and failure domain.
+    #[error("the policy chose {provider}/{failure_domain}, which is not a candidate")]
+    NotACandidate { provider: String, failure_domain: String },
 }
 
 /// The contract's `error` variant.
@@ -62,6 +75,7 @@ impl CallError {
             CallError::Guest(GuestError::Unavailable(_)) => "Unavailable",
             CallError::Guest(GuestError::Denied(_)) => "Denied",
             CallError::Guest(GuestError::Internal(_)) => "Internal",
+            CallError::InvalidDecision(_) => "InvalidDecision",
         }
     }
 }

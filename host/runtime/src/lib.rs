@@ -18,7 +18,7 @@ pub mod source;
 mod state;
 pub mod usage;
 
-pub use component::{Contract, Inspection, LoadedComponent, PROVIDER_VERSION};
+pub use component::{Contract, Inspection, LoadedComponent, PLACEMENT_LEGACY_VERSIONS, PLACEMENT_VERSION, PROVIDER_VERSION};
 pub use engine::{Runtime, RuntimeConfig};
-pub use error::{CallError, GuestError};
+pub use error::{CallError, GuestError, InvalidDecision};
 pub use limits::Limits;

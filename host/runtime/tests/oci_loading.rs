@@ -36,7 +36,7 @@ async fn signed_artifacts_load_and_unsigned_ones_are_refused() {
     // The manifest digest was verified; the layer it names is exactly the bytes that run.
     use sha2::Digest as _;
     assert_eq!(policy.component.digest, format!("sha256:{}", hex::encode(sha2::Sha256::digest(&wasm))));
-    assert_eq!(policy.contract_version().await.unwrap(), "0.1.0");
+    assert_eq!(policy.contract_version().await.unwrap(), "0.2.0");
     let _ = Limits::default();
 
     // Another key's signature is not trust.

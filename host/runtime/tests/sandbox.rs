@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use banlieue_runtime::capability::http::HttpGrant;
 use banlieue_runtime::capability::Grants;
-use banlieue_runtime::placement::{Candidate, Capacity, Request, VmClass};
+use banlieue_runtime::placement::{Capacity, Domains, DomainsBuilder, Request, VmClass};
 use banlieue_runtime::provider::ProviderConfig;
-use banlieue_runtime::{CallError, Limits, Runtime, RuntimeConfig};
+use banlieue_runtime::{CallError, InvalidDecision, Limits, Runtime, RuntimeConfig};
 use common::guest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -33,19 +33,21 @@ fn fast() -> Limits {
     Limits { cpu: Duration::from_millis(300), ..Limits::default() }
 }
 
-fn candidate(provider: &str, fd: &str, vms: u32) -> Candidate {
-    Candidate {
-        provider: provider.into(),
-        provider_class: "libvirt".into(),
-        failure_domain: fd.into(),
-        labels: vec![("zone".into(), fd.into())],
-        capacity: Capacity { cpus: 64, memory_mib: 65536, storage_gib: 1000 },
-        storage_classes: vec!["standard".into()],
-        network_classes: vec!["default".into()],
-        features: vec![],
-        vm_count: vms,
-        vms: (0..vms).map(|_| banlieue_runtime::placement::PlacedVm { namespace: "default".into(), labels: vec![("app".into(), "web".into())] }).collect(),
+/// Failure domains (provider, name, VMs of `app=web`, free memory in MiB), as the host gathers them.
+fn domains(all: &[(&str, &str, u32, u64)]) -> Domains {
+    let mut b = DomainsBuilder::default();
+    let web = b.group("default", [("app", "web")]);
+    for &(provider, fd, vms, memory_mib) in all {
+        let facts = b.facts("libvirt", [("zone", fd)], &["standard".into()], &["default".into()], &[]);
+        let (provider, fd) = (b.text(provider), b.text(fd));
+        b.candidate(provider, fd, facts, Capacity { cpus: 64, memory_mib, storage_gib: 1000 }, vms, std::iter::repeat_n(web, vms as usize));
     }
+    b.build()
+}
+
+/// The chosen candidate's `provider/failure-domain`.
+fn chosen(domains: &Domains, d: &banlieue_runtime::placement::Decision) -> String {
+    format!("{:?}", domains.get(d.candidate).expect("the runtime checks the index"))
 }
 
 fn request() -> Request {
@@ -70,16 +72,47 @@ fn request() -> Request {
 #[tokio::test]
 async fn spread_picks_the_emptiest_domain_and_binpack_the_fullest() {
     let rt = runtime();
-    let cands = vec![candidate("p1", "a", 3), candidate("p1", "b", 1), candidate("p2", "c", 2)];
+    let cands = domains(&[("p1", "a", 3, 65536), ("p1", "b", 1, 65536), ("p2", "c", 2, 65536)]);
     let spread = rt.placement(&guest("placement-spread")).unwrap();
     let d = spread.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
-    assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p1", "b"));
-    let mut full = cands.clone();
-    full[0].capacity.memory_mib = 4096; // least room left after placing
+    assert_eq!(chosen(&cands, &d), "p1/b");
+    assert!(d.reason.starts_with("spread: 1 VM(s) of this group in p1/b"), "{}", d.reason);
+    // Least room left after placing.
+    let full = domains(&[("p1", "a", 3, 4096), ("p1", "b", 1, 65536), ("p2", "c", 2, 65536)]);
     let binpack = rt.placement(&guest("placement-binpack")).unwrap();
     let d = binpack.choose(&request(), &full, Limits::default(), Grants::default()).await.unwrap();
-    assert_eq!((d.provider.as_str(), d.failure_domain.as_str()), ("p1", "a"));
-    assert_eq!(spread.contract_version().await.unwrap(), "0.1.0");
+    assert_eq!(chosen(&full, &d), "p1/a");
+    assert_eq!(spread.contract_version().await.unwrap(), "0.2.0");
+    assert_eq!(spread.component.contract_version.to_string(), "0.2.0");
+}
+
+#[tokio::test]
+async fn a_0_1_component_chooses_through_the_adapter() {
+    let rt = runtime();
+    let legacy = rt.placement(&guest("placement-legacy")).unwrap();
+    assert_eq!(legacy.component.contract_version.to_string(), "0.1.0");
+    assert_eq!(legacy.contract_version().await.unwrap(), "0.1.0");
+    // It picks the most free memory, and names it by provider and failure domain.
+    let cands = domains(&[("team/p1", "a", 2, 4096), ("team/p1", "b", 0, 8192), ("team/p2", "c", 1, 1024)]);
+    let d = legacy.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!((d.candidate, d.score, d.reason.as_str()), (1, 8192, "most free memory"));
+    // Naming a domain that is not a candidate is refused.
+    let elsewhere = Request { parameters: "\"elsewhere\"".into(), ..request() };
+    match legacy.choose(&elsewhere, &cands, Limits::default(), Grants::default()).await {
+        Err(e @ CallError::InvalidDecision(InvalidDecision::NotACandidate { .. })) => assert_eq!(e.reason(), "InvalidDecision"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_decision_index_out_of_range_is_refused() {
+    let rt = runtime();
+    let hostile = rt.placement(&guest("hostile-placement")).unwrap();
+    let cands = domains(&[("p1", "a", 0, 4096), ("p1", "b", 0, 4096)]);
+    match hostile.choose(&request(), &cands, Limits::default(), Grants::default()).await {
+        Err(CallError::InvalidDecision(e)) => assert_eq!(e, InvalidDecision::OutOfRange { index: 2, candidates: 2 }),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -136,7 +169,7 @@ async fn the_host_keeps_serving_while_a_guest_spins() {
         hostile.probe(&config("spin", ""), Limits { cpu: Duration::from_secs(2), ..Limits::default() }, Grants::default()).await
     });
     let started = Instant::now();
-    let cands = vec![candidate("p1", "a", 0)];
+    let cands = domains(&[("p1", "a", 0, 65536)]);
     for _ in 0..50 {
         spread.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
     }
@@ -253,8 +286,9 @@ async fn precompiled_cache_is_used_and_foreign_bytes_are_ignored() {
     std::fs::write(&path, tampered).unwrap();
     let rt3 = Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
     let spread = rt3.placement(&bytes).unwrap();
-    let d = spread.choose(&request(), &[candidate("p", "a", 0)], Limits::default(), Grants::default()).await.unwrap();
-    assert_eq!(d.failure_domain, "a");
+    let cands = domains(&[("p", "a", 0, 65536)]);
+    let d = spread.choose(&request(), &cands, Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!(chosen(&cands, &d), "p/a");
 }
 
 #[tokio::test]

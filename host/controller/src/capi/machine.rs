@@ -320,14 +320,15 @@ async fn place(
     let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
     let found = scheduling::candidates(&me, class, &image_classes, providers, &placed, true).map_err(|e| (Reason::InvalidPlacement, e, false))?;
     // Only the cluster's domains; control planes only where the cluster allows them.
-    let allowed = |c: &banlieue_runtime::placement::Candidate| {
+    let allowed = |provider: &str, failure_domain: &str| {
         domains.iter().find(|d| {
-            format!("{ns}/{}", d.attributes.get(PROVIDER_ATTRIBUTE).map(String::as_str).unwrap_or_default()) == c.provider
-                && d.attributes.get(BACKEND_DOMAIN_ATTRIBUTE) == Some(&c.failure_domain)
+            format!("{ns}/{}", d.attributes.get(PROVIDER_ATTRIBUTE).map(String::as_str).unwrap_or_default()) == provider
+                && d.attributes.get(BACKEND_DOMAIN_ATTRIBUTE).map(String::as_str) == Some(failure_domain)
                 && (!control_plane || d.control_plane == Some(true))
         })
     };
-    let candidates: Vec<_> = found.candidates.iter().filter(|c| allowed(c).is_some()).cloned().collect();
+    let mut candidates = found.candidates;
+    candidates.retain(|c| allowed(c.provider(), c.failure_domain()).is_some());
     let candidates = scheduling::prefer_imported(candidates, image);
     if candidates.is_empty() {
         let what = if control_plane { "control-plane " } else { "" };
@@ -339,6 +340,6 @@ async fn place(
     }
     let request = |parameters: &std::collections::BTreeMap<String, serde_json::Value>| scheduling::request(&me, class, parameters);
     let decision = scheduling::decide(ctx, class.spec.placement_policy_ref.as_ref(), request, &candidates, crate::key(m)).await?;
-    let domain = allowed(&decision.candidate).cloned().ok_or_else(|| (Reason::Internal, "the placement decision is not a cluster domain".to_string(), true))?;
+    let domain = allowed(&decision.candidate.provider, &decision.candidate.failure_domain).cloned().ok_or_else(|| (Reason::Internal, "the placement decision is not a cluster domain".to_string(), true))?;
     Ok((domain, format!("by {}: {}", decision.policy, decision.why)))
 }
