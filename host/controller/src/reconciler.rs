@@ -139,7 +139,11 @@ pub fn dynamic_controller(
     use kube::runtime::{watcher, WatchStreamExt};
     let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
-    let changes = kube::runtime::reflector(writer, watcher(ctx.watched_dynamic(resource), watcher::Config::default()))
+    // managedFields are most of a server-side-applied object's size, and no reconcile reads them.
+    let changes = kube::runtime::reflector(
+        writer,
+        watcher(ctx.watched_dynamic(resource), watcher::Config::default()).modify(|o| o.metadata.managed_fields = None),
+    )
         .default_backoff()
         .touched_objects()
         .predicate_filter(acted_on_infra, kube::runtime::PredicateConfig::default());
