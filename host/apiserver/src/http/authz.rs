@@ -61,7 +61,7 @@ pub fn allowed(state: &State, user: &User, attrs: &Attributes) -> bool {
     }
     let bindings = |plural: &str, ns: Option<&str>| {
         let rt = state.builtin(RBAC_GROUP, plural);
-        state.store.list(&rt.storage_key(), ns).0
+        state.store.list(&rt.storage_key(), ns).0.into_iter().map(|b| b.value())
     };
     let granted = |binding: &Value| -> bool {
         if !binding["subjects"].as_array().is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, user))) {
@@ -75,15 +75,15 @@ pub fn allowed(state: &State, user: &User, attrs: &Attributes) -> bool {
         };
         role.is_some_and(|r| r["rules"].as_array().is_some_and(|rules| rules.iter().any(|rule| rule_matches(rule, attrs))))
     };
-    if bindings("clusterrolebindings", None).iter().any(|b| granted(b)) {
+    if bindings("clusterrolebindings", None).any(|b| granted(&b)) {
         return true;
     }
-    attrs.namespace.is_some_and(|ns| bindings("rolebindings", Some(ns)).iter().any(|b| granted(b)))
+    attrs.namespace.is_some_and(|ns| bindings("rolebindings", Some(ns)).any(|b| granted(&b)))
 }
 
-fn role_object(state: &State, plural: &str, ns: &str, binding: &Value) -> Option<std::sync::Arc<Value>> {
+fn role_object(state: &State, plural: &str, ns: &str, binding: &Value) -> Option<Value> {
     let name = binding.pointer("/roleRef/name").and_then(Value::as_str)?;
-    state.store.get(&state.builtin(RBAC_GROUP, plural).storage_key(), ns, name)
+    state.store.get(&state.builtin(RBAC_GROUP, plural).storage_key(), ns, name).map(|r| r.value())
 }
 
 fn subject_matches(subject: &Value, user: &User) -> bool {
