@@ -385,3 +385,108 @@ fn write_batch(db: &redb::Database, ops: &[PersistOp]) -> anyhow::Result<()> {
     w.commit()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key() -> StorageKey {
+        "banlieue.io/virtualmachines".into()
+    }
+
+    fn vm(name: &str, uid: &str) -> Value {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+               "metadata": {"name": name, "namespace": "ns", "uid": uid, "labels": {"app": "web"}},
+               "spec": {"cpus": 2}})
+    }
+
+    fn served_rv(obj: &Object) -> String {
+        let v: Value = serde_json::from_slice(obj.json()).unwrap();
+        v["metadata"]["resourceVersion"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn commits_assign_versions_into_the_stored_text_and_check_them() {
+        let store = Store::in_memory(100);
+        let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+        assert_eq!((a.rv(), served_rv(&a)), (2, "2".to_string()));
+        assert_eq!(store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap_err(), CommitError::AlreadyExists);
+        assert_eq!(store.commit(&key(), "ns", "b", Expect::Version(2), Some(vm("b", "u-b"))).unwrap_err(), CommitError::NotFound);
+        // A stale resourceVersion in the object itself is overwritten, not trusted.
+        let mut changed = vm("a", "u-a");
+        changed["metadata"]["resourceVersion"] = json!("1");
+        changed["spec"]["cpus"] = json!(4);
+        let a2 = store.commit(&key(), "ns", "a", Expect::Version(2), Some(changed)).unwrap();
+        assert_eq!((a2.rv(), served_rv(&a2)), (3, "3".to_string()));
+        assert_eq!(a2.value()["spec"]["cpus"], 4);
+        assert_eq!(store.commit(&key(), "ns", "a", Expect::Version(2), Some(vm("a", "u-a"))).unwrap_err(), CommitError::Conflict);
+        let got = store.get(&key(), "ns", "a").unwrap();
+        assert_eq!(got.json(), a2.json());
+        assert_eq!(store.locate_uid("u-a"), Some((key(), "ns".to_string(), "a".to_string())));
+        assert_eq!(store.current_rv(), 3);
+    }
+
+    #[test]
+    fn a_delete_carries_its_own_version_and_events_share_the_stored_text() {
+        let store = Store::in_memory(100);
+        let mut rx = store.subscribe();
+        let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+        let added = rx.try_recv().unwrap();
+        assert_eq!(added.etype, EventType::Added);
+        assert!(std::ptr::eq(added.object.json(), a.json()), "the event shares the stored buffer");
+        let gone = store.commit(&key(), "ns", "a", Expect::Version(a.rv()), None).unwrap();
+        assert_eq!((gone.rv(), served_rv(&gone)), (3, "3".to_string()));
+        let mut expected = a.value();
+        expected["metadata"]["resourceVersion"] = json!("3");
+        assert_eq!(gone.value(), expected, "the last state, at the deletion's resourceVersion");
+        let deleted = rx.try_recv().unwrap();
+        assert_eq!(deleted.etype, EventType::Deleted);
+        assert!(std::ptr::eq(deleted.old.as_ref().unwrap().json(), a.json()));
+        assert!(store.get(&key(), "ns", "a").is_none() && store.locate_uid("u-a").is_none());
+        // The history holds the same events: no copies.
+        let (past, _) = store.watch_from(1).unwrap();
+        assert_eq!(past.len(), 2);
+        assert!(std::ptr::eq(past[1].object.json(), gone.json()));
+    }
+
+    #[test]
+    fn watches_resume_from_the_history_or_are_told_it_is_gone() {
+        let store = Store::in_memory(2);
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            store.commit(&key(), "ns", name, Expect::Absent, Some(vm(name, &format!("u-{i}")))).unwrap();
+        }
+        let (past, _) = store.watch_from(2).unwrap();
+        assert_eq!(past.iter().map(|e| (e.rv, e.object.name())).collect::<Vec<_>>(), [(3, "b"), (4, "c")]);
+        assert_eq!(store.watch_from(1).unwrap_err(), 2);
+        let (items, rv) = store.list(&key(), Some("ns"));
+        assert_eq!((items.len(), rv), (3, 4));
+        assert_eq!(items.iter().map(served_rv).collect::<Vec<_>>(), ["2", "3", "4"]);
+    }
+
+    #[test]
+    fn a_data_directory_gives_back_the_same_text() {
+        let dir = std::env::temp_dir().join(format!("banlieue-store-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept = {
+            let store = Store::open(&dir, 100).unwrap();
+            let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+            let b = store.commit(&key(), "ns", "b", Expect::Absent, Some(vm("b", "u-b"))).unwrap();
+            store.commit(&key(), "ns", "b", Expect::Version(b.rv()), None).unwrap();
+            store.close();
+            a
+        };
+        let store = Store::open(&dir, 100).unwrap();
+        assert_eq!(store.current_rv(), 4);
+        let a = store.get(&key(), "ns", "a").unwrap();
+        assert_eq!(a.json(), kept.json(), "byte for byte");
+        assert_eq!((a.rv(), a.label("app")), (2, Some("web")));
+        assert!(store.get(&key(), "ns", "b").is_none() && store.locate_uid("u-b").is_none());
+        assert_eq!(store.locate_uid("u-a"), Some((key(), "ns".to_string(), "a".to_string())));
+        // Writes go on from the stored resourceVersion.
+        let a2 = store.commit(&key(), "ns", "a", Expect::Version(2), Some(vm("a", "u-a"))).unwrap();
+        assert_eq!(served_rv(&a2), "5");
+        store.close();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
