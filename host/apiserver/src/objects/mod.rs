@@ -13,7 +13,10 @@ pub mod patch;
 pub mod protobuf;
 pub mod selector;
 pub mod watch;
+#[cfg(test)]
+mod tests;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -119,10 +122,10 @@ pub enum Written {
 
 impl Written {
     /// The object as a tree (the few responses that are not the object itself).
-    pub fn tree(&self) -> std::borrow::Cow<'_, Value> {
+    pub fn tree(&self) -> Cow<'_, Value> {
         match self {
-            Written::Stored(o) => std::borrow::Cow::Owned(o.value()),
-            Written::DryRun(v) => std::borrow::Cow::Borrowed(v),
+            Written::Stored(o) => Cow::Owned(o.value()),
+            Written::DryRun(v) => Cow::Borrowed(v),
         }
     }
 
@@ -199,20 +202,25 @@ pub fn served(rt: &ResourceType, obj: &Value) -> Value {
     o
 }
 
-/// A stored object's text as served at the request's version: the stored text
-/// itself, unless the object was stored at another version of the resource.
+/// A stored object's text as served at the request's version, sharing the stored buffer.
 pub fn served_text(rt: &ResourceType, obj: &Object) -> Bytes {
     match served_json(rt, obj) {
-        std::borrow::Cow::Borrowed(_) => obj.bytes(),
-        std::borrow::Cow::Owned(json) => Bytes::from(json),
+        Cow::Borrowed(_) => obj.bytes(),
+        Cow::Owned(json) => Bytes::from(json),
     }
 }
 
-pub fn served_json<'a>(rt: &ResourceType, obj: &'a Object) -> std::borrow::Cow<'a, [u8]> {
-    if obj.api_version() == rt.api_version() && obj.kind() == rt.kind {
-        std::borrow::Cow::Borrowed(obj.json())
+/// A stored object's text as served at the request's version: the stored text
+/// itself, unless the object was stored at another version of the resource.
+pub fn served_json<'a>(rt: &ResourceType, obj: &'a Object) -> Cow<'a, [u8]> {
+    let same_version = match obj.api_version().split_once('/') {
+        Some((group, version)) => group == rt.group && version == rt.version,
+        None => rt.group.is_empty() && obj.api_version() == rt.version,
+    };
+    if same_version && obj.kind() == rt.kind {
+        Cow::Borrowed(obj.json())
     } else {
-        std::borrow::Cow::Owned(serde_json::to_vec(&served(rt, &obj.value())).unwrap_or_default())
+        Cow::Owned(serde_json::to_vec(&served(rt, &obj.value())).unwrap_or_default())
     }
 }
 
