@@ -10,8 +10,9 @@ use tokio::sync::{broadcast, watch};
 
 use crate::objects::builtins::CRD_CLEANUP_FINALIZER;
 use crate::objects::meta;
-use crate::objects::{delete_object, write, FieldValidation, Propagation, WriteError, WriteOpts};
+use crate::objects::{delete_object, write, Current, FieldValidation, Propagation, WriteError, WriteOpts};
 use crate::schema::registry::{Builtin, ResourceType, StorageKey};
+use crate::storage::object::Object;
 use crate::storage::state::State;
 use crate::storage::store::{Event, EventType};
 
@@ -52,7 +53,7 @@ impl Collector {
         self.state.registry.read().unwrap().all().into_iter().find(|t| &*t.storage_key() == key)
     }
 
-    fn index(&mut self, r: ObjRef, obj: Option<&Value>) {
+    fn index(&mut self, r: ObjRef, obj: Option<&Object>) {
         if let Some(old) = self.owners_of.remove(&r) {
             for o in old {
                 if let Some(set) = self.dependents.get_mut(&o) {
@@ -64,7 +65,7 @@ impl Collector {
             }
         }
         if let Some(obj) = obj {
-            let owners = meta::owner_uids(obj);
+            let owners: Vec<String> = obj.owner_uids().map(String::from).collect();
             if !owners.is_empty() {
                 for o in &owners {
                     self.dependents.entry(o.clone()).or_default().insert(r.clone());
@@ -87,51 +88,52 @@ impl Collector {
                 continue;
             }
             for obj in self.state.store.list(&key, None).0 {
-                let r = (key.clone(), meta::namespace(&obj).to_string(), meta::name(&obj).to_string());
+                let r = (key.clone(), obj.namespace().to_string(), obj.name().to_string());
                 self.index(r, Some(&obj));
                 all.push((key.clone(), obj));
             }
         }
         for (key, obj) in all {
             self.process(&key, &obj);
-            if !meta::owner_uids(&obj).is_empty() {
+            if obj.owner_uids().next().is_some() {
                 self.collect_if_orphaned(&key, &obj);
             }
         }
     }
 
     fn handle(&mut self, ev: &Event) {
-        let r = (ev.key.clone(), ev.namespace.clone(), meta::name(&ev.object).to_string());
+        let namespace = ev.object.namespace();
+        let r = (ev.key.clone(), namespace.to_string(), ev.object.name().to_string());
         match ev.etype {
             EventType::Added | EventType::Modified => {
                 self.index(r, Some(&ev.object));
-                if ev.etype == EventType::Added && !meta::owner_uids(&ev.object).is_empty() {
+                if ev.etype == EventType::Added && ev.object.owner_uids().next().is_some() {
                     self.collect_if_orphaned(&ev.key, &ev.object);
                 }
                 self.process(&ev.key, &ev.object);
             }
             EventType::Deleted => {
                 self.index(r, None);
-                let uid = meta::uid(&ev.object).to_string();
+                let uid = ev.object.uid();
                 // Dependents of the removed object.
-                let deps: Vec<ObjRef> = self.dependents.get(&uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+                let deps: Vec<ObjRef> = self.dependents.get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
                 for (k, ns, name) in deps {
                     if let Some(obj) = self.state.store.get(&k, &ns, &name) {
                         self.collect_if_orphaned(&k, &obj);
                     }
                 }
                 // Owners waiting in foreground deletion for this object to go.
-                for owner in meta::owner_uids(&ev.object) {
-                    if let Some((k, ns, name)) = self.state.store.locate_uid(&owner) {
+                for owner in ev.object.owner_uids() {
+                    if let Some((k, ns, name)) = self.state.store.locate_uid(owner) {
                         if let Some(o) = self.state.store.get(&k, &ns, &name) {
                             self.process(&k, &o);
                         }
                     }
                 }
                 // A namespace or CRD waiting for its contents to go.
-                if !ev.namespace.is_empty() {
+                if !namespace.is_empty() {
                     let ns_rt = self.state.builtin("", "namespaces");
-                    if let Some(n) = self.state.store.get(&ns_rt.storage_key(), "", &ev.namespace) {
+                    if let Some(n) = self.state.store.get(&ns_rt.storage_key(), "", namespace) {
                         self.process(&ns_rt.storage_key(), &n);
                     }
                 }
@@ -148,10 +150,9 @@ impl Collector {
     }
 
     /// Delete a dependent none of whose owners exist any more.
-    fn collect_if_orphaned(&mut self, key: &StorageKey, obj: &Value) {
-        let owners = meta::owner_uids(obj);
-        let alive = owners.iter().any(|u| self.state.store.locate_uid(u).is_some());
-        if !alive && !meta::is_deleting(obj) {
+    fn collect_if_orphaned(&mut self, key: &StorageKey, obj: &Object) {
+        let alive = obj.owner_uids().any(|u| self.state.store.locate_uid(u).is_some());
+        if !alive && !obj.is_deleting() {
             if let Some(rt) = self.rt_for(key) {
                 self.delete(&rt, obj, Propagation::Background);
             }
@@ -159,13 +160,13 @@ impl Collector {
     }
 
     /// Work on an object that is being deleted.
-    fn process(&mut self, key: &StorageKey, obj: &Value) {
-        if !meta::is_deleting(obj) {
+    fn process(&mut self, key: &StorageKey, obj: &Object) {
+        if !obj.is_deleting() {
             return;
         }
         let Some(rt) = self.rt_for(key) else { return };
-        let finalizers = meta::finalizers(obj);
-        let uid = meta::uid(obj).to_string();
+        let finalizers = meta::finalizers(&obj.value());
+        let uid = obj.uid().to_string();
         let deps: Vec<ObjRef> = self.dependents.get(&uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
         if finalizers.iter().any(|f| f == "orphan") {
             for (k, ns, name) in &deps {
@@ -182,7 +183,7 @@ impl Collector {
             } else {
                 for (k, ns, name) in &deps {
                     if let (Some(d), Some(drt)) = (self.state.store.get(k, ns, name), self.rt_for(k)) {
-                        if !meta::is_deleting(&d) {
+                        if !d.is_deleting() {
                             self.delete(&drt, &d, Propagation::Foreground);
                         }
                     }
@@ -198,8 +199,8 @@ impl Collector {
     }
 
     /// Delete everything in a terminating namespace; finalize it once empty.
-    fn terminate_namespace(&mut self, rt: &ResourceType, ns_obj: &Value) {
-        let ns = meta::name(ns_obj).to_string();
+    fn terminate_namespace(&mut self, rt: &ResourceType, ns_obj: &Object) {
+        let ns = ns_obj.name().to_string();
         let keys = self.state.store.keys_with_objects_in(&ns);
         if keys.is_empty() {
             self.update(rt, ns_obj, |v| {
@@ -210,7 +211,7 @@ impl Collector {
         for key in keys {
             let Some(t) = self.rt_for(&key) else { continue };
             for obj in self.state.store.list(&key, Some(&ns)).0 {
-                if !meta::is_deleting(&obj) {
+                if !obj.is_deleting() {
                     self.delete(&t, &obj, Propagation::Background);
                 }
             }
@@ -218,15 +219,15 @@ impl Collector {
     }
 
     /// Delete every object of a deleted CRD; drop its finalizer once none remain.
-    fn cleanup_crd(&mut self, crd_rt: &ResourceType, crd: &Value) {
-        let name = meta::name(crd);
+    fn cleanup_crd(&mut self, crd_rt: &ResourceType, crd: &Object) {
+        let name = crd.name();
         let types: Vec<Arc<ResourceType>> =
             self.state.registry.read().unwrap().all().into_iter().filter(|t| t.crd_name.as_deref() == Some(name)).collect();
         let mut remaining = 0;
         if let Some(t) = types.first() {
             for obj in self.state.store.list(&t.storage_key(), None).0 {
                 remaining += 1;
-                if !meta::is_deleting(&obj) {
+                if !obj.is_deleting() {
                     self.delete(t, &obj, Propagation::Background);
                 }
             }
@@ -236,30 +237,31 @@ impl Collector {
         }
     }
 
-    fn delete(&self, rt: &ResourceType, obj: &Value, p: Propagation) {
-        let Some(cur) = self.state.store.get(&rt.storage_key(), meta::namespace(obj), meta::name(obj)) else { return };
-        if meta::uid(&cur) != meta::uid(obj) {
+    fn delete(&self, rt: &ResourceType, obj: &Object, p: Propagation) {
+        let Some(cur) = self.state.store.get(&rt.storage_key(), obj.namespace(), obj.name()) else { return };
+        if cur.uid() != obj.uid() {
             return;
         }
         if let Err(WriteError::Api(e)) = delete_object(&self.state, rt, &cur, p, false) {
-            tracing::warn!("garbage collector could not delete {}: {e}", meta::name(obj));
+            tracing::warn!("garbage collector could not delete {}: {e}", obj.name());
         }
     }
 
     /// Re-read and update an object, retrying when it changed underneath.
-    fn update(&self, rt: &ResourceType, obj: &Value, f: impl Fn(&mut Value)) {
+    fn update(&self, rt: &ResourceType, obj: &Object, f: impl Fn(&mut Value)) {
         for _ in 0..8 {
-            let Some(cur) = self.state.store.get(&rt.storage_key(), meta::namespace(obj), meta::name(obj)) else { return };
-            if meta::uid(&cur) != meta::uid(obj) {
+            let Some(cur) = self.state.store.get(&rt.storage_key(), obj.namespace(), obj.name()) else { return };
+            if cur.uid() != obj.uid() {
                 return;
             }
-            let mut new = (*cur).clone();
+            let cur = Current::of(cur);
+            let mut new = cur.tree.clone();
             f(&mut new);
             let opts = WriteOpts { manager: MANAGER, subresource: None, fv: FieldValidation::Ignore, dry_run: false, managed_done: false };
             match write(&self.state, rt, &cur, new, &opts, &mut vec![]) {
                 Ok(_) => return,
                 Err(WriteError::Stale) => continue,
-                Err(WriteError::Api(e)) => return tracing::warn!("garbage collector could not update {}: {e}", meta::name(obj)),
+                Err(WriteError::Api(e)) => return tracing::warn!("garbage collector could not update {}: {e}", obj.name()),
             }
         }
     }

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 
+use crate::storage::object::Object;
 use crate::storage::state::State;
 use crate::status::ApiError;
 
@@ -63,26 +64,29 @@ pub fn allowed(state: &State, user: &User, attrs: &Attributes) -> bool {
         let rt = state.builtin(RBAC_GROUP, plural);
         state.store.list(&rt.storage_key(), ns).0
     };
-    let granted = |binding: &Value| -> bool {
-        if !binding["subjects"].as_array().is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, user))) {
+    // Only the fields read are taken from each stored binding and role (no whole parse per request).
+    let granted = |binding: &Object| -> bool {
+        let subjects = binding.pointer(&["subjects"]);
+        if !subjects.as_ref().and_then(Value::as_array).is_some_and(|subjects| subjects.iter().any(|s| subject_matches(s, user))) {
             return false;
         }
-        let role_ns = binding.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
-        let role = match binding.pointer("/roleRef/kind").and_then(Value::as_str) {
-            Some("ClusterRole") => role_object(state, "clusterroles", "", binding),
-            Some("Role") => role_object(state, "roles", role_ns, binding),
+        let role_ref = binding.pointer(&["roleRef"]).unwrap_or_default();
+        let name = role_ref["name"].as_str().unwrap_or_default();
+        let role = match role_ref["kind"].as_str() {
+            Some("ClusterRole") => role_object(state, "clusterroles", "", name),
+            Some("Role") => role_object(state, "roles", binding.namespace(), name),
             _ => None,
         };
-        role.is_some_and(|r| r["rules"].as_array().is_some_and(|rules| rules.iter().any(|rule| rule_matches(rule, attrs))))
+        let rules = role.and_then(|r| r.pointer(&["rules"]));
+        rules.as_ref().and_then(Value::as_array).is_some_and(|rules| rules.iter().any(|rule| rule_matches(rule, attrs)))
     };
-    if bindings("clusterrolebindings", None).iter().any(|b| granted(b)) {
+    if bindings("clusterrolebindings", None).iter().any(granted) {
         return true;
     }
-    attrs.namespace.is_some_and(|ns| bindings("rolebindings", Some(ns)).iter().any(|b| granted(b)))
+    attrs.namespace.is_some_and(|ns| bindings("rolebindings", Some(ns)).iter().any(granted))
 }
 
-fn role_object(state: &State, plural: &str, ns: &str, binding: &Value) -> Option<std::sync::Arc<Value>> {
-    let name = binding.pointer("/roleRef/name").and_then(Value::as_str)?;
+fn role_object(state: &State, plural: &str, ns: &str, name: &str) -> Option<Object> {
     state.store.get(&state.builtin(RBAC_GROUP, plural).storage_key(), ns, name)
 }
 

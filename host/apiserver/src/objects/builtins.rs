@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::objects::meta::{self, now, Causes};
 use crate::schema::registry::{types_from_crd, Builtin, ResourceType};
+use crate::storage::object::Object;
 use crate::storage::state::State;
 use crate::status::{ApiError, ApiResult};
 
@@ -178,24 +179,24 @@ pub fn prepare_delete(_state: &State, rt: &ResourceType, obj: &mut Value, _final
 }
 
 /// After a create or update is stored.
-pub fn after_commit(state: &State, rt: &ResourceType, stored: &Value) {
-    if rt.builtin == Some(Builtin::Crd) && !meta::is_deleting(stored) {
-        match types_from_crd(stored) {
+pub fn after_commit(state: &State, rt: &ResourceType, stored: &Object) {
+    if rt.builtin == Some(Builtin::Crd) && !stored.is_deleting() {
+        match types_from_crd(&stored.value()) {
             Ok(types) => {
                 let mut reg = state.registry.write().unwrap();
-                reg.remove_crd(meta::name(stored));
+                reg.remove_crd(stored.name());
                 for t in types {
                     reg.insert(t);
                 }
             }
-            Err(e) => tracing::error!("stored CRD {} is not servable: {e:?}", meta::name(stored)),
+            Err(e) => tracing::error!("stored CRD {} is not servable: {e:?}", stored.name()),
         }
     }
 }
 
 /// After an object is removed from the store.
-pub fn after_delete(state: &State, rt: &ResourceType, stored: &Value) {
+pub fn after_delete(state: &State, rt: &ResourceType, stored: &Object) {
     if rt.builtin == Some(Builtin::Crd) {
-        state.registry.write().unwrap().remove_crd(meta::name(stored));
+        state.registry.write().unwrap().remove_crd(stored.name());
     }
 }

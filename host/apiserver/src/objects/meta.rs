@@ -36,10 +36,6 @@ pub fn uid(obj: &Value) -> &str {
     str_field(obj, "uid").unwrap_or("")
 }
 
-pub fn labels(obj: &Value) -> Map<String, Value> {
-    meta(obj).and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default()
-}
-
 pub fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
@@ -59,15 +55,6 @@ pub fn set_finalizers(obj: &mut Value, f: &[String]) {
 
 pub fn is_deleting(obj: &Value) -> bool {
     str_field(obj, "deletionTimestamp").is_some()
-}
-
-/// Owner UIDs from `metadata.ownerReferences`.
-pub fn owner_uids(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("ownerReferences"))
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|r| r.get("uid").and_then(Value::as_str).map(String::from)).collect())
-        .unwrap_or_default()
 }
 
 /// RFC 1123 subdomain (most object names).

@@ -13,7 +13,10 @@ pub mod patch;
 pub mod protobuf;
 pub mod selector;
 pub mod watch;
+#[cfg(test)]
+mod tests;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -24,10 +27,11 @@ use serde_json::{json, Map, Value};
 
 use meta::now;
 use crate::schema::registry::{Builtin, ResourceType};
-use crate::response::{error_response, json_response, Body};
+use crate::response::{error_response, json_response, json_text_response, Body};
+use crate::storage::object::Object;
 use crate::storage::state::{Continuation, State};
 use crate::status::{ApiError, ApiResult};
-use crate::storage::store::{rv_of, CommitError, Expect};
+use crate::storage::store::{CommitError, Expect};
 
 /// One request for an object or a collection.
 pub struct Request {
@@ -96,12 +100,61 @@ pub enum FieldValidation {
 /// A successful result.
 pub struct Reply {
     pub code: u16,
-    pub body: Value,
+    pub body: Payload,
     pub warnings: Vec<String>,
 }
 
+/// A response body: a document built for the response, or JSON text as stored.
+pub enum Payload {
+    Tree(Value),
+    Text(Bytes),
+}
+
 fn reply(code: u16, body: Value) -> Reply {
-    Reply { code, body, warnings: vec![] }
+    Reply { code, body: Payload::Tree(body), warnings: vec![] }
+}
+
+/// What a write left: the object as stored, or as it would be stored (dry run).
+pub enum Written {
+    Stored(Object),
+    DryRun(Value),
+}
+
+impl Written {
+    /// The object as a tree (the few responses that are not the object itself).
+    pub fn tree(&self) -> Cow<'_, Value> {
+        match self {
+            Written::Stored(o) => Cow::Owned(o.value()),
+            Written::DryRun(v) => Cow::Borrowed(v),
+        }
+    }
+
+    fn is_deleting(&self) -> bool {
+        match self {
+            Written::Stored(o) => o.is_deleting(),
+            Written::DryRun(v) => meta::is_deleting(v),
+        }
+    }
+
+    /// The object as served at the request's version.
+    fn served(&self, rt: &ResourceType) -> Payload {
+        match self {
+            Written::Stored(o) => Payload::Text(served_text(rt, o)),
+            Written::DryRun(v) => Payload::Tree(served(rt, v)),
+        }
+    }
+}
+
+/// An object read to be changed: as stored (its resourceVersion) and parsed (to change it).
+pub struct Current {
+    pub stored: Object,
+    pub tree: Value,
+}
+
+impl Current {
+    pub fn of(stored: Object) -> Current {
+        Current { tree: stored.value(), stored }
+    }
 }
 
 pub async fn dispatch(method: Method, req: Request) -> Response<Body> {
@@ -120,7 +173,8 @@ pub async fn dispatch(method: Method, req: Request) -> Response<Body> {
         (m, _) => Err(ApiError::method_not_allowed(format!("the server does not allow this method on the requested resource ({m})"))),
     };
     match result {
-        Ok(r) => json_response(r.code, &r.body, &r.warnings),
+        Ok(Reply { code, body: Payload::Tree(v), warnings }) => json_response(code, &v, &warnings),
+        Ok(Reply { code, body: Payload::Text(b), warnings }) => json_text_response(code, b, &warnings),
         Err(e) => error_response(&e),
     }
 }
@@ -131,13 +185,13 @@ fn get(req: &Request) -> ApiResult<Reply> {
     let obj = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
         .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
     if req.sub.as_deref() == Some("scale") {
-        return Ok(reply(200, scale_of(&req.rt, &obj)?));
+        return Ok(reply(200, scale_of(&req.rt, &obj.value())?));
     }
-    let obj = served(&req.rt, &obj);
     if req.wants_table() {
+        let obj = served(&req.rt, &obj.value());
         return Ok(reply(200, crate::schema::table::table(&req.rt, &[obj], json!({"resourceVersion": ""}), req.q("includeObject"))));
     }
-    Ok(reply(200, obj))
+    Ok(Reply { code: 200, body: Payload::Text(served_text(&req.rt, &obj)), warnings: vec![] })
 }
 
 /// The object as served at the request's version.
@@ -146,6 +200,28 @@ pub fn served(rt: &ResourceType, obj: &Value) -> Value {
     o["apiVersion"] = Value::String(rt.api_version());
     o["kind"] = Value::String(rt.kind.clone());
     o
+}
+
+/// A stored object's text as served at the request's version, sharing the stored buffer.
+pub fn served_text(rt: &ResourceType, obj: &Object) -> Bytes {
+    match served_json(rt, obj) {
+        Cow::Borrowed(_) => obj.bytes(),
+        Cow::Owned(json) => Bytes::from(json),
+    }
+}
+
+/// A stored object's text as served at the request's version: the stored text
+/// itself, unless the object was stored at another version of the resource.
+pub fn served_json<'a>(rt: &ResourceType, obj: &'a Object) -> Cow<'a, [u8]> {
+    let same_version = match obj.api_version().split_once('/') {
+        Some((group, version)) => group == rt.group && version == rt.version,
+        None => rt.group.is_empty() && obj.api_version() == rt.version,
+    };
+    if same_version && obj.kind() == rt.kind {
+        Cow::Borrowed(obj.json())
+    } else {
+        Cow::Owned(serde_json::to_vec(&served(rt, &obj.value())).unwrap_or_default())
+    }
 }
 
 /// Parsed label and field selectors of a list or watch.
@@ -170,9 +246,9 @@ impl Filter {
         Ok(Filter { labels, fields })
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub fn matches(&self, obj: &Object) -> bool {
         if let Some(l) = &self.labels {
-            if !l.matches(&meta::labels(obj)) {
+            if !l.matches(obj) {
                 return false;
             }
         }
@@ -211,6 +287,7 @@ fn list(req: &Request) -> ApiResult<Reply> {
         (items, vec![])
     };
     let mut list_meta = json!({"resourceVersion": rv.to_string()});
+    let wants_table = req.wants_table();
     if !rest.is_empty() {
         let remaining = rest.len();
         let token = req
@@ -220,16 +297,28 @@ fn list(req: &Request) -> ApiResult<Reply> {
         list_meta["continue"] = Value::String(token);
         list_meta["remainingItemCount"] = json!(remaining);
     }
-    let page: Vec<Value> = page.iter().map(|o| served(&req.rt, o)).collect();
-    if req.wants_table() {
+    if wants_table {
+        let page: Vec<Value> = page.iter().map(|o| served(&req.rt, &o.value())).collect();
         return Ok(reply(200, crate::schema::table::table(&req.rt, &page, list_meta, req.q("includeObject"))));
     }
-    Ok(reply(200, json!({
-        "kind": req.rt.list_kind,
-        "apiVersion": req.rt.api_version(),
-        "metadata": list_meta,
-        "items": page,
-    })))
+    Ok(Reply { code: 200, body: Payload::Text(list_text(&req.rt, &list_meta, &page)), warnings: vec![] })
+}
+
+/// A list of stored objects, written around their stored text.
+fn list_text(rt: &ResourceType, list_meta: &Value, items: &[Object]) -> Bytes {
+    let head = json!({"kind": rt.list_kind, "apiVersion": rt.api_version(), "metadata": list_meta});
+    let mut out = serde_json::to_vec(&head).unwrap_or_default();
+    out.pop(); // the closing brace: the items follow
+    out.reserve(items.iter().map(|o| o.json().len() + 1).sum::<usize>() + 12);
+    out.extend_from_slice(b",\"items\":[");
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&served_json(rt, o));
+    }
+    out.extend_from_slice(b"]}");
+    Bytes::from(out)
 }
 
 // ---------------------------------------------------------------- decoding
@@ -350,7 +439,7 @@ fn create(req: &Request) -> ApiResult<Reply> {
     check_namespace(req, &mut obj)?;
     let mut warnings = Vec::new();
     let out = create_object(&req.state, &req.rt, obj, &req.manager(), req.field_validation()?, req.dry_run()?, false, &mut warnings)?;
-    Ok(Reply { code: 201, body: served(&req.rt, &out), warnings })
+    Ok(Reply { code: 201, body: out.served(&req.rt), warnings })
 }
 
 /// Create an object (API create, or server-side apply of a new object).
@@ -364,13 +453,13 @@ pub fn create_object(
     dry_run: bool,
     managed_done: bool,
     warnings: &mut Vec<String>,
-) -> ApiResult<Value> {
+) -> ApiResult<Written> {
     let ns = meta::namespace(&obj).to_string();
     if rt.namespaced {
         let ns_rt = state.builtin("", "namespaces");
         match state.store.get(&ns_rt.storage_key(), "", &ns) {
             None => return Err(ApiError::not_found("namespaces", &ns)),
-            Some(n) if meta::is_deleting(&n) => {
+            Some(n) if n.is_deleting() => {
                 return Err(ApiError::forbidden(format!(
                     "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                     rt.group_resource(),
@@ -411,7 +500,7 @@ pub fn create_object(
         crate::objects::managed::record_update(None, &mut obj, manager, &rt.shape, &rt.api_version(), &now(), None);
     }
     if dry_run {
-        return Ok(obj);
+        return Ok(Written::DryRun(obj));
     }
     let key = rt.storage_key();
     for attempt in 0..8 {
@@ -419,7 +508,7 @@ pub fn create_object(
         match state.store.commit(&key, &ns, &name, Expect::Absent, Some(obj.clone())) {
             Ok(stored) => {
                 builtins::after_commit(state, rt, &stored);
-                return Ok((*stored).clone());
+                return Ok(Written::Stored(stored));
             }
             Err(CommitError::AlreadyExists) if generate.as_deref().is_some_and(|g| !g.is_empty()) && attempt < 7 => {
                 let g = generate.clone().unwrap_or_default();
@@ -484,14 +573,15 @@ fn update(req: &Request) -> ApiResult<Reply> {
     };
     let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
         .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
-    if precondition.is_some_and(|p| p != rv_of(&current)) {
+    if precondition.is_some_and(|p| p != current.rv()) {
         return Err(stale(&req.rt, req.name()));
     }
-    let candidate = candidate_for(&req.rt, req.sub.as_deref(), &current, body);
+    let current = Current::of(current);
+    let candidate = candidate_for(&req.rt, req.sub.as_deref(), &current.tree, body);
     let mut warnings = Vec::new();
     let opts = WriteOpts { manager: &req.manager(), subresource: req.sub.as_deref(), fv: req.field_validation()?, dry_run: req.dry_run()?, managed_done: false };
     match write(&req.state, &req.rt, &current, candidate, &opts, &mut warnings) {
-        Ok(v) => Ok(Reply { code: 200, body: served(&req.rt, &v), warnings }),
+        Ok(w) => Ok(Reply { code: 200, body: w.served(&req.rt), warnings }),
         Err(WriteError::Stale) => Err(stale(&req.rt, req.name())),
         Err(WriteError::Api(e)) => Err(e),
     }
@@ -545,7 +635,8 @@ fn candidate_for(rt: &ResourceType, sub: Option<&str>, current: &Value, mut body
 
 /// The one update path: system metadata, finalizer rules, validation, generation,
 /// managed fields, no-op detection, finalization, commit.
-pub fn write(state: &State, rt: &ResourceType, current: &Arc<Value>, mut new: Value, opts: &WriteOpts, warnings: &mut Vec<String>) -> Result<Value, WriteError> {
+pub fn write(state: &State, rt: &ResourceType, current: &Current, mut new: Value, opts: &WriteOpts, warnings: &mut Vec<String>) -> Result<Written, WriteError> {
+    let (stored, current) = (&current.stored, &current.tree);
     {
         let cm = meta::meta(current).cloned().unwrap_or_default();
         let m = meta::meta_mut(&mut new);
@@ -588,19 +679,19 @@ pub fn write(state: &State, rt: &ResourceType, current: &Arc<Value>, mut new: Va
         crate::objects::managed::record_update(Some(current), &mut new, opts.manager, &rt.shape, &rt.api_version(), &now(), opts.subresource);
     }
     if unchanged(current, &new) {
-        return Ok((**current).clone());
+        return Ok(Written::Stored(stored.clone()));
     }
     let finished = meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !builtins::blocks_deletion(rt, &new);
     if opts.dry_run {
-        return Ok(new);
+        return Ok(Written::DryRun(new));
     }
-    let (ns, name) = (meta::namespace(current).to_string(), meta::name(current).to_string());
-    let expect = Expect::Version(rv_of(current));
+    let (ns, name) = (stored.namespace(), stored.name());
+    let expect = Expect::Version(stored.rv());
     let result = if finished {
         // The response and the DELETED event show the object as this update left it.
-        state.store.commit_delete_as(&rt.storage_key(), &ns, &name, expect, new)
+        state.store.commit_delete_as(&rt.storage_key(), ns, name, expect, new)
     } else {
-        state.store.commit(&rt.storage_key(), &ns, &name, expect, Some(new))
+        state.store.commit(&rt.storage_key(), ns, name, expect, Some(new))
     };
     match result {
         Ok(stored) => {
@@ -609,7 +700,7 @@ pub fn write(state: &State, rt: &ResourceType, current: &Arc<Value>, mut new: Va
             } else {
                 builtins::after_commit(state, rt, &stored);
             }
-            Ok((*stored).clone())
+            Ok(Written::Stored(stored))
         }
         Err(CommitError::Conflict) | Err(CommitError::NotFound) => Err(WriteError::Stale),
         Err(CommitError::AlreadyExists) => Err(WriteError::Api(ApiError::internal("unexpected store state"))),
@@ -669,8 +760,9 @@ fn patch(req: &Request) -> ApiResult<Reply> {
     for _ in 0..16 {
         let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
             .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
+        let current = Current::of(current);
         let scale = req.sub.as_deref() == Some("scale");
-        let base = if scale { scale_of(&req.rt, &current)? } else { served(&req.rt, &current) };
+        let base = if scale { scale_of(&req.rt, &current.tree)? } else { served(&req.rt, &current.tree) };
         let shape = if scale { crate::schema::shape::Shape::Any } else { req.rt.shape.clone() };
         let patched = match kind {
             PatchKind::Merge => crate::objects::patch::merge_patch(&base, &body),
@@ -681,26 +773,26 @@ fn patch(req: &Request) -> ApiResult<Reply> {
             return Err(ApiError::bad_request("the patch did not produce an object"));
         }
         let user_rv = meta::str_field(&patched, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
-        if user_rv.as_deref().is_some_and(|r| r != rv_of(&current).to_string()) {
+        if user_rv.as_deref().is_some_and(|r| r != current.stored.rv().to_string()) {
             return Err(stale(&req.rt, req.name()));
         }
         let mut candidate = if scale {
-            with_replicas(&req.rt, &current, &patched)?
+            with_replicas(&req.rt, &current.tree, &patched)?
         } else {
             let mut p = patched;
             check_type_meta(&req.rt, &mut p)?;
             if meta::name(&p) != req.name() || (req.rt.namespaced && meta::namespace(&p) != req.ns()) {
                 return Err(ApiError::bad_request("metadata.name and metadata.namespace cannot be changed by a patch"));
             }
-            candidate_for(&req.rt, req.sub.as_deref(), &current, p)
+            candidate_for(&req.rt, req.sub.as_deref(), &current.tree, p)
         };
         if kind != PatchKind::Strategic || req.rt.builtin.is_none() {
             // Nothing to adjust.
         }
         let mut warnings = Vec::new();
         match write(&req.state, &req.rt, &current, std::mem::take(&mut candidate), &opts, &mut warnings) {
-            Ok(v) => {
-                let body = if scale { scale_of(&req.rt, &v)? } else { served(&req.rt, &v) };
+            Ok(w) => {
+                let body = if scale { Payload::Tree(scale_of(&req.rt, &w.tree())?) } else { w.served(&req.rt) };
                 return Ok(Reply { code: 200, body, warnings });
             }
             Err(WriteError::Stale) if user_rv.is_none() => continue,
@@ -755,9 +847,9 @@ fn apply(req: &Request) -> ApiResult<Reply> {
     let dry = req.dry_run()?;
     let api_version = req.rt.api_version();
     for _ in 0..16 {
-        let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name());
+        let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name()).map(Current::of);
         let merged = crate::objects::managed::apply(
-            current.as_deref(),
+            current.as_ref().map(|c| &c.tree),
             &applied,
             &manager,
             force,
@@ -779,13 +871,13 @@ fn apply(req: &Request) -> ApiResult<Reply> {
             match out {
                 Err(e) if e.reason == "AlreadyExists" => continue,
                 Err(e) => return Err(e),
-                Ok(v) => return Ok(Reply { code: 201, body: served(&req.rt, &v), warnings }),
+                Ok(w) => return Ok(Reply { code: 201, body: w.served(&req.rt), warnings }),
             }
         };
-        let candidate = candidate_for(&req.rt, req.sub.as_deref(), &current, merged);
+        let candidate = candidate_for(&req.rt, req.sub.as_deref(), &current.tree, merged);
         let opts = WriteOpts { manager: &manager, subresource: req.sub.as_deref(), fv, dry_run: dry, managed_done: true };
         match write(&req.state, &req.rt, &current, candidate, &opts, &mut warnings) {
-            Ok(v) => return Ok(Reply { code: 200, body: served(&req.rt, &v), warnings }),
+            Ok(w) => return Ok(Reply { code: 200, body: w.served(&req.rt), warnings }),
             Err(WriteError::Stale) => continue,
             Err(WriteError::Api(e)) => return Err(e),
         }
@@ -854,15 +946,16 @@ fn update_scale(req: &Request, body: Value) -> ApiResult<Reply> {
     let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
         .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
     if let Some(rv) = meta::str_field(&body, "resourceVersion").filter(|s| !s.is_empty()) {
-        if rv != rv_of(&current).to_string() {
+        if rv != current.rv().to_string() {
             return Err(stale(&req.rt, req.name()));
         }
     }
-    let candidate = with_replicas(&req.rt, &current, &body)?;
+    let current = Current::of(current);
+    let candidate = with_replicas(&req.rt, &current.tree, &body)?;
     let mut warnings = Vec::new();
     let opts = WriteOpts { manager: &req.manager(), subresource: Some("scale"), fv: FieldValidation::Warn, dry_run: req.dry_run()?, managed_done: false };
     match write(&req.state, &req.rt, &current, candidate, &opts, &mut warnings) {
-        Ok(v) => Ok(Reply { code: 200, body: scale_of(&req.rt, &v)?, warnings }),
+        Ok(w) => Ok(Reply { code: 200, body: Payload::Tree(scale_of(&req.rt, &w.tree())?), warnings }),
         Err(WriteError::Stale) => Err(stale(&req.rt, req.name())),
         Err(WriteError::Api(e)) => Err(e),
     }
@@ -930,22 +1023,22 @@ fn delete(req: &Request) -> ApiResult<Reply> {
         let current = req.state.store.get(&req.rt.storage_key(), req.ns(), req.name())
             .ok_or_else(|| ApiError::not_found(&req.rt.group_resource(), req.name()))?;
         if let Some(uid) = &opts.uid {
-            if uid != meta::uid(&current) {
+            if uid != current.uid() {
                 return Err(ApiError::conflict(&req.rt.group_resource(), req.name(), &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&current))));
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}", current.uid())));
             }
         }
         if let Some(rv) = &opts.rv {
-            if *rv != rv_of(&current).to_string() {
+            if *rv != current.rv().to_string() {
                 return Err(ApiError::conflict(&req.rt.group_resource(), req.name(), &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", rv_of(&current))));
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", current.rv())));
             }
         }
         match delete_object(&req.state, &req.rt, &current, opts.propagation, dry) {
             // Removed at once: like kube-apiserver (no type here sets ReturnDeletedObject), a
             // Status naming what went; still there (finalizers): the object as it now is.
-            Ok(v) if !dry && !meta::is_deleting(&v) => return Ok(reply(200, deleted_status(&req.rt, &v))),
-            Ok(v) => return Ok(reply(200, served(&req.rt, &v))),
+            Ok(w) if !dry && !w.is_deleting() => return Ok(reply(200, deleted_status(&req.rt, &w.tree()))),
+            Ok(w) => return Ok(Reply { code: 200, body: w.served(&req.rt), warnings: vec![] }),
             Err(WriteError::Stale) => continue,
             Err(WriteError::Api(e)) => return Err(e),
         }
@@ -965,8 +1058,9 @@ fn deleted_status(rt: &ResourceType, obj: &Value) -> Value {
 }
 
 /// Delete an object: mark it deleting while finalizers remain, remove it otherwise.
-pub fn delete_object(state: &State, rt: &ResourceType, current: &Arc<Value>, propagation: Propagation, dry_run: bool) -> Result<Value, WriteError> {
-    let mut obj = (**current).clone();
+pub fn delete_object(state: &State, rt: &ResourceType, current: &Object, propagation: Propagation, dry_run: bool) -> Result<Written, WriteError> {
+    let before = current.value();
+    let mut obj = before.clone();
     let mut finalizers = meta::finalizers(&obj);
     let wanted = match propagation {
         Propagation::Orphan => Some("orphan"),
@@ -982,7 +1076,7 @@ pub fn delete_object(state: &State, rt: &ResourceType, current: &Arc<Value>, pro
     builtins::prepare_delete(state, rt, &mut obj, &mut finalizers);
     meta::set_finalizers(&mut obj, &finalizers);
     let key = rt.storage_key();
-    let (ns, name) = (meta::namespace(current).to_string(), meta::name(current).to_string());
+    let (ns, name) = (current.namespace(), current.name());
     if !finalizers.is_empty() || builtins::blocks_deletion(rt, &obj) {
         if !meta::is_deleting(&obj) {
             let m = meta::meta_mut(&mut obj);
@@ -993,23 +1087,24 @@ pub fn delete_object(state: &State, rt: &ResourceType, current: &Arc<Value>, pro
                 m.insert("generation".into(), json!(g + 1));
             }
         }
-        if dry_run || obj == **current {
-            return Ok(obj);
+        if dry_run {
+            return Ok(Written::DryRun(obj));
         }
-        let mut o = obj;
-        meta::meta_mut(&mut o).remove("resourceVersion");
-        return match state.store.commit(&key, &ns, &name, Expect::Version(rv_of(current)), Some(o)) {
-            Ok(stored) => Ok((*stored).clone()),
+        if obj == before {
+            return Ok(Written::Stored(current.clone()));
+        }
+        return match state.store.commit(&key, ns, name, Expect::Version(current.rv()), Some(obj)) {
+            Ok(stored) => Ok(Written::Stored(stored)),
             Err(_) => Err(WriteError::Stale),
         };
     }
     if dry_run {
-        return Ok(obj);
+        return Ok(Written::DryRun(obj));
     }
-    match state.store.commit(&key, &ns, &name, Expect::Version(rv_of(current)), None) {
+    match state.store.commit(&key, ns, name, Expect::Version(current.rv()), None) {
         Ok(stored) => {
             builtins::after_delete(state, rt, &stored);
-            Ok((*stored).clone())
+            Ok(Written::Stored(stored))
         }
         Err(_) => Err(WriteError::Stale),
     }
@@ -1023,7 +1118,7 @@ fn delete_collection(req: &Request) -> ApiResult<Reply> {
     let mut deleted = Vec::new();
     for item in items.into_iter().filter(|o| filter.matches(o)) {
         match delete_object(&req.state, &req.rt, &item, opts.propagation, dry) {
-            Ok(v) => deleted.push(served(&req.rt, &v)),
+            Ok(w) => deleted.push(served(&req.rt, &w.tree())),
             Err(WriteError::Stale) => {} // changed or gone meanwhile; a later pass will see it
             Err(WriteError::Api(e)) => return Err(e),
         }

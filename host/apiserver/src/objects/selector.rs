@@ -2,7 +2,10 @@
 //! selectors, with Kubernetes' matching semantics.
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
+
+use crate::storage::object::Object;
 
 /// Longest selector string we parse; real selectors are tiny.
 const MAX_LEN: usize = 64 * 1024;
@@ -95,6 +98,26 @@ pub fn validate_label_value(v: &str) -> Result<(), String> {
 // label selectors
 // ---------------------------------------------------------------------------
 
+/// What a label selector reads: an object's labels.
+pub trait Labels {
+    /// The value of a label; one that is not a string reads as its JSON text.
+    fn label(&self, key: &str) -> Option<Cow<'_, str>>;
+}
+
+/// A `metadata.labels` map.
+impl Labels for Map<String, Value> {
+    fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+        self.get(key).map(|v| v.as_str().map_or_else(|| Cow::Owned(v.to_string()), Cow::Borrowed))
+    }
+}
+
+/// A stored object's labels, from its index.
+impl Labels for Object {
+    fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+        Object::label(self, key).map(Cow::Borrowed)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operator {
     Equals,
@@ -162,12 +185,9 @@ impl Requirement {
         })
     }
 
-    pub fn matches(&self, labels: &Map<String, Value>) -> bool {
-        // labels are strings; anything else is compared by its JSON text
-        let val = labels
-            .get(&self.key)
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
-        let has = |v: &String| self.values.iter().any(|x| x == v);
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
+        let val = labels.label(&self.key);
+        let has = |v: &Cow<str>| self.values.iter().any(|x| x == v);
         match self.op {
             Operator::Exists => val.is_some(),
             Operator::DoesNotExist => val.is_none(),
@@ -229,7 +249,7 @@ impl LabelSelector {
     pub fn requirements(&self) -> &[Requirement] {
         &self.reqs
     }
-    pub fn matches(&self, labels: &Map<String, Value>) -> bool {
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
         !self.nothing && self.reqs.iter().all(|r| r.matches(labels))
     }
     /// True when the selector matches everything.
@@ -524,29 +544,51 @@ impl FieldSelector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-    /// Fields are looked up by dotted path (`metadata.name`, `type`,
-    /// `spec.nodeName`); a missing or null field reads as "" as in
-    /// Kubernetes' field sets, non-strings as their JSON text.
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|r| {
-            let actual = lookup(obj, &r.field);
-            (actual == r.value) != r.negated
-        })
+    pub fn matches(&self, obj: &(impl Fields + ?Sized)) -> bool {
+        self.0.iter().all(|r| (obj.field(&r.field) == r.value) != r.negated)
     }
 }
 
-fn lookup(obj: &Value, path: &str) -> String {
-    let mut cur = obj;
-    for part in path.split('.') {
-        match cur.get(part) {
-            Some(v) => cur = v,
-            None => return String::new(),
+/// What a field selector reads: an object's fields by dotted path (`metadata.name`,
+/// `type`, `spec.nodeName`). A missing or null field reads as "" as in Kubernetes'
+/// field sets, one that is not a string as its JSON text.
+pub trait Fields {
+    fn field(&self, path: &str) -> Cow<'_, str>;
+}
+
+impl Fields for Value {
+    fn field(&self, path: &str) -> Cow<'_, str> {
+        let mut cur = self;
+        for part in path.split('.') {
+            match cur.get(part) {
+                Some(v) => cur = v,
+                None => return Cow::Borrowed(""),
+            }
+        }
+        field_text(cur)
+    }
+}
+
+/// A stored object: name and namespace from its index, other fields read from its
+/// text without parsing the rest.
+impl Fields for Object {
+    fn field(&self, path: &str) -> Cow<'_, str> {
+        match path {
+            "metadata.name" => Cow::Borrowed(self.name()),
+            "metadata.namespace" => Cow::Borrowed(self.namespace()),
+            _ => {
+                let parts: Vec<&str> = path.split('.').collect();
+                self.pointer(&parts).map_or(Cow::Borrowed(""), |v| Cow::Owned(field_text(&v).into_owned()))
+            }
         }
     }
-    match cur {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+}
+
+fn field_text(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::Null => Cow::Borrowed(""),
+        Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(other.to_string()),
     }
 }
 
@@ -895,6 +937,42 @@ mod tests {
                 value: "x=y".into()
             }
         );
+    }
+
+    /// A stored object's index and text answer every selector as its parsed tree does.
+    #[test]
+    fn stored_objects_match_as_their_trees_do() {
+        use crate::storage::object::Draft;
+        let objects = [
+            json!({"metadata": {"name": "a", "namespace": "ns", "labels": {"app": "web", "n": "5", "empty": "", "example.com/team": "x"}},
+                   "type": "Opaque", "spec": {"nodeName": "node1", "replicas": 3, "paused": false, "nested": {"v": "x,y"}}}),
+            json!({"metadata": {"name": "b", "labels": {"app": "db", "x": 1}}, "spec": {"nodeName": null, "replicas": [1]}}),
+            json!({"metadata": {"name": "c"}, "spec": "not an object"}),
+            json!({"metadata": {"name": "d", "namespace": "ns", "labels": {}}}),
+        ];
+        let label_selectors = ["", "app=web", "app!=web", "app in (web,db)", "app notin (web)", "app", "!app", "n>4", "n<4",
+            "empty=", "empty", "example.com/team=x", "x=1", "x", "missing notin (a)"];
+        let allowed = ["metadata.name", "metadata.namespace", "type", "spec.nodeName", "spec.replicas", "spec.paused", "spec.nested.v", "spec"];
+        let field_selectors = ["", "metadata.name=a", "metadata.name!=a", "metadata.namespace=ns", "metadata.namespace=", "type=Opaque",
+            "type=", "spec.nodeName=node1", "spec.nodeName=", "spec.nodeName!=node1", "spec.replicas=3", "spec.replicas=[1]",
+            "spec.paused=false", r"spec.nested.v=x\,y", "spec=not an object", "spec.nodeName=node1,metadata.name=a"];
+        for tree in objects {
+            let stored = Draft::new(tree.clone()).stamp(2);
+            let tree_labels = tree["metadata"].get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
+            for s in label_selectors {
+                let sel = sel(s);
+                assert_eq!(sel.matches(&stored), sel.matches(&tree_labels), "{s:?} on {tree}");
+            }
+            for s in field_selectors {
+                let sel = parse_field_selector(s, &allowed).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+                assert_eq!(sel.matches(&stored), sel.matches(&tree), "{s:?} on {tree}");
+            }
+        }
+        // The cases above are not all alike.
+        let stored = Draft::new(json!({"metadata": {"name": "a", "labels": {"app": "web"}}, "spec": {"replicas": 3}})).stamp(2);
+        assert!(sel("app=web").matches(&stored) && !sel("app=db").matches(&stored));
+        assert!(parse_field_selector("spec.replicas=3", &allowed).unwrap().matches(&stored));
+        assert!(!parse_field_selector("spec.replicas=4", &allowed).unwrap().matches(&stored));
     }
 
     #[test]

@@ -12,10 +12,11 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::objects::{served, Filter, Request};
+use crate::objects::{served, served_json, Filter, Request};
 use crate::schema::registry::ResourceType;
 use crate::response::{error_response, Body};
 use crate::status::ApiError;
+use crate::storage::object::Object;
 use crate::storage::store::{Event, EventType};
 
 struct Watch {
@@ -120,6 +121,17 @@ fn line(etype: &str, obj: &Value) -> Bytes {
     Bytes::from(v)
 }
 
+/// An event line around an object's JSON text (`etype` needs no escaping).
+fn object_line(etype: &str, json: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(json.len() + etype.len() + 24);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(etype.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    v.extend_from_slice(json);
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
 impl Watch {
     async fn run(&mut self, mut live: broadcast::Receiver<Arc<Event>>, interval: Duration, timeout: Duration) {
         let deadline = tokio::time::sleep(timeout);
@@ -153,7 +165,7 @@ impl Watch {
             return true;
         }
         self.last_rv = ev.rv;
-        if self.namespace.as_deref().is_some_and(|ns| ns != ev.namespace) {
+        if self.namespace.as_deref().is_some_and(|ns| ns != ev.object.namespace()) {
             return true;
         }
         let now = self.filter.matches(&ev.object);
@@ -169,14 +181,14 @@ impl Watch {
         self.emit(etype, &ev.object).await
     }
 
-    async fn emit(&self, etype: &str, obj: &Value) -> bool {
-        let obj = served(&self.rt, obj);
-        let body = if self.table {
-            let rv = crate::storage::store::rv_of(&obj).to_string();
-            crate::schema::table::table(&self.rt, &[obj], json!({"resourceVersion": rv}), self.include_object.as_deref())
+    async fn emit(&self, etype: &str, obj: &Object) -> bool {
+        let line = if self.table {
+            let rv = obj.rv().to_string();
+            let table = crate::schema::table::table(&self.rt, &[served(&self.rt, &obj.value())], json!({"resourceVersion": rv}), self.include_object.as_deref());
+            line(etype, &table)
         } else {
-            obj
+            object_line(etype, &served_json(&self.rt, obj))
         };
-        self.tx.send(line(etype, &body)).await.is_ok()
+        self.tx.send(line).await.is_ok()
     }
 }

@@ -6,10 +6,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::schema::registry::{Registry, ResourceType};
 use crate::config::Config;
+use crate::storage::object::Object;
 use crate::storage::store::Store;
 
 /// How long a `continue` token stays valid (the real server's compaction interval).
@@ -20,7 +19,7 @@ const MAX_CONTINUES: usize = 1024;
 pub struct Continuation {
     pub created: Instant,
     pub rv: u64,
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Object>,
 }
 
 pub struct State {
@@ -44,7 +43,7 @@ impl State {
         let crd_key = registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").map(|t| t.storage_key());
         if let Some(key) = crd_key {
             for crd in store.list(&key, None).0 {
-                match crate::schema::registry::types_from_crd(&crd) {
+                match crate::schema::registry::types_from_crd(&crd.value()) {
                     Ok(types) => types.into_iter().for_each(|t| registry.insert(t)),
                     Err(errs) => tracing::warn!("stored CRD is not servable: {errs:?}"),
                 }

@@ -2,10 +2,12 @@
 //! watch history, and optional persistence to an embedded redb file.
 //!
 //! All writes go through [`Store::commit`], the one place where resourceVersions
-//! are assigned and watch events emitted. Persistence is write-behind: a
-//! dedicated thread batches committed changes into redb transactions, so a clean
-//! shutdown (which drains the queue) loses nothing and a crash loses at most the
-//! changes not yet written — typically the last few milliseconds.
+//! are assigned and watch events emitted. Objects are kept as their JSON text
+//! ([`Object`]); the store, its watch history and the persistence queue share each
+//! object's one buffer. Persistence is write-behind: a dedicated thread batches
+//! committed changes into redb transactions, so a clean shutdown (which drains the
+//! queue) loses nothing and a crash loses at most the changes not yet written —
+//! typically the last few milliseconds.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
@@ -17,6 +19,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::schema::registry::StorageKey;
+use crate::storage::object::{Draft, Object};
 
 /// What a watch event reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,11 +33,10 @@ pub enum EventType {
 #[derive(Debug)]
 pub struct Event {
     pub key: StorageKey,
-    pub namespace: String,
     pub etype: EventType,
-    pub object: Arc<Value>,
+    pub object: Object,
     /// The object before the change (selector transitions in watches).
-    pub old: Option<Arc<Value>>,
+    pub old: Option<Object>,
     pub rv: u64,
 }
 
@@ -59,7 +61,7 @@ type ObjKey = (String, String); // (namespace, name)
 
 struct Inner {
     rv: u64,
-    objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: HashMap<StorageKey, BTreeMap<ObjKey, Object>>,
     uids: HashMap<String, (StorageKey, String, String)>,
     /// Recent events with when they happened, for watches that resume.
     history: VecDeque<(Instant, Arc<Event>)>,
@@ -75,15 +77,6 @@ pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
     persist: Option<Persist>,
-}
-
-/// Parse a stored object's resourceVersion.
-pub fn rv_of(obj: &Value) -> u64 {
-    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
-fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
 }
 
 use crate::config::DEFAULT_HISTORY_AGE;
@@ -126,8 +119,7 @@ impl Store {
         }
     }
 
-    /// A store persisted in `dir/objects.redb`; returns the stored objects grouped by
-    /// storage key so the caller can register CRDs before serving.
+    /// A store persisted in `dir/objects.redb`, loaded with the objects stored there.
     pub fn open(dir: &Path, history_cap: usize) -> anyhow::Result<Self> {
         let mut store = Store::in_memory(history_cap);
         let (persist, rv, objects) = Persist::open(&dir.join("objects.redb"))?;
@@ -136,12 +128,10 @@ impl Store {
             inner.rv = rv.max(1);
             inner.compacted = inner.rv;
             for (key, obj) in objects {
-                let ns = meta_str(&obj, "namespace").to_string();
-                let name = meta_str(&obj, "name").to_string();
-                let uid = meta_str(&obj, "uid").to_string();
+                let (ns, name) = (obj.namespace().to_string(), obj.name().to_string());
                 let key: StorageKey = key.into();
-                inner.uids.insert(uid, (key.clone(), ns.clone(), name.clone()));
-                inner.objects.entry(key).or_default().insert((ns, name), Arc::new(obj));
+                inner.uids.insert(obj.uid().to_string(), (key.clone(), ns.clone(), name.clone()));
+                inner.objects.entry(key).or_default().insert((ns, name), obj);
             }
         }
         store.persist = Some(persist);
@@ -153,7 +143,7 @@ impl Store {
         self.inner.lock().unwrap().rv
     }
 
-    pub fn get(&self, key: &StorageKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+    pub fn get(&self, key: &StorageKey, ns: &str, name: &str) -> Option<Object> {
         let inner = self.inner.lock().unwrap();
         inner.objects.get(key)?.get(&(ns.to_string(), name.to_string())).cloned()
     }
@@ -165,7 +155,7 @@ impl Store {
 
     /// All objects of a resource (in one namespace when given), sorted by namespace
     /// and name, with the resourceVersion the list is consistent at.
-    pub fn list(&self, key: &StorageKey, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+    pub fn list(&self, key: &StorageKey, ns: Option<&str>) -> (Vec<Object>, u64) {
         let inner = self.inner.lock().unwrap();
         let items = match inner.objects.get(key) {
             None => vec![],
@@ -195,21 +185,15 @@ impl Store {
     /// Commit a change: `Some(obj)` creates or replaces, `None` deletes. Assigns the
     /// next resourceVersion, records the event and notifies watchers. Returns the
     /// stored object (for a delete, the last state with the deletion's resourceVersion).
-    pub fn commit(
-        &self,
-        key: &StorageKey,
-        ns: &str,
-        name: &str,
-        expect: Expect,
-        new: Option<Value>,
-    ) -> Result<Arc<Value>, CommitError> {
-        self.write(key, ns, name, expect, new, None)
+    pub fn commit(&self, key: &StorageKey, ns: &str, name: &str, expect: Expect, new: Option<Value>) -> Result<Object, CommitError> {
+        // Encoded before the lock is taken; only the resourceVersion is written under it.
+        self.write(key, ns, name, expect, new.map(Draft::new), None)
     }
 
     /// Delete the object, recording `last` (e.g. the update that removed its last
     /// finalizer) as its final state: what the DELETED event carries and what is returned.
-    pub fn commit_delete_as(&self, key: &StorageKey, ns: &str, name: &str, expect: Expect, last: Value) -> Result<Arc<Value>, CommitError> {
-        self.write(key, ns, name, expect, None, Some(last))
+    pub fn commit_delete_as(&self, key: &StorageKey, ns: &str, name: &str, expect: Expect, last: Value) -> Result<Object, CommitError> {
+        self.write(key, ns, name, expect, None, Some(Draft::new(last)))
     }
 
     fn write(
@@ -218,27 +202,25 @@ impl Store {
         ns: &str,
         name: &str,
         expect: Expect,
-        new: Option<Value>,
-        final_state: Option<Value>,
-    ) -> Result<Arc<Value>, CommitError> {
+        new: Option<Draft>,
+        final_state: Option<Draft>,
+    ) -> Result<Object, CommitError> {
         let mut inner = self.inner.lock().unwrap();
         let okey = (ns.to_string(), name.to_string());
         let current = inner.objects.get(key).and_then(|m| m.get(&okey)).cloned();
         match (expect, &current) {
             (Expect::Absent, Some(_)) => return Err(CommitError::AlreadyExists),
             (Expect::Version(_), None) => return Err(CommitError::NotFound),
-            (Expect::Version(v), Some(cur)) if rv_of(cur) != v => return Err(CommitError::Conflict),
+            (Expect::Version(v), Some(cur)) if cur.rv() != v => return Err(CommitError::Conflict),
             _ => {}
         }
         let rv = inner.rv + 1;
         inner.rv = rv;
         let (etype, stored) = match new {
-            Some(mut obj) => {
-                obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-                let uid = meta_str(&obj, "uid").to_string();
-                let obj = Arc::new(obj);
+            Some(draft) => {
+                let obj = draft.stamp(rv);
                 inner.objects.entry(key.clone()).or_default().insert(okey, obj.clone());
-                inner.uids.insert(uid, (key.clone(), ns.to_string(), name.to_string()));
+                inner.uids.insert(obj.uid().to_string(), (key.clone(), ns.to_string(), name.to_string()));
                 (if current.is_some() { EventType::Modified } else { EventType::Added }, obj)
             }
             None => {
@@ -246,26 +228,20 @@ impl Store {
                 if let Some(m) = inner.objects.get_mut(key) {
                     m.remove(&okey);
                 }
-                let uid = meta_str(&cur, "uid").to_string();
-                inner.uids.remove(&uid);
-                let mut last = final_state.unwrap_or_else(|| (*cur).clone());
-                last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-                (EventType::Deleted, Arc::new(last))
+                inner.uids.remove(cur.uid());
+                let last = match final_state {
+                    Some(draft) => draft.stamp(rv),
+                    None => cur.restamp(rv),
+                };
+                (EventType::Deleted, last)
             }
         };
-        let event = Arc::new(Event {
-            key: key.clone(),
-            namespace: ns.to_string(),
-            etype,
-            object: stored.clone(),
-            old: current,
-            rv,
-        });
+        let event = Arc::new(Event { key: key.clone(), etype, object: stored.clone(), old: current, rv });
         inner.history.push_back((Instant::now(), event.clone()));
         inner.compact();
         if let Some(p) = &self.persist {
-            let value = (etype != EventType::Deleted).then(|| serde_json::to_vec(&*stored).unwrap_or_default());
-            p.send(PersistOp { key: object_path(key, ns, name), value, rv });
+            let object = (etype != EventType::Deleted).then(|| stored.clone());
+            p.send(PersistOp { key: object_path(key, ns, name), object, rv });
         }
         // Sent under the lock so watchers see events in resourceVersion order.
         let _ = self.tx.send(event);
@@ -307,7 +283,8 @@ const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta"
 
 struct PersistOp {
     key: String,
-    value: Option<Vec<u8>>,
+    /// The object whose JSON is written; `None` removes the key.
+    object: Option<Object>,
     rv: u64,
 }
 
@@ -325,7 +302,7 @@ struct Persist {
 
 impl Persist {
     #[allow(clippy::type_complexity)]
-    fn open(path: &Path) -> anyhow::Result<(Persist, u64, Vec<(String, Value)>)> {
+    fn open(path: &Path) -> anyhow::Result<(Persist, u64, Vec<(String, Object)>)> {
         let db = redb::Database::create(path)?;
         let mut objects = Vec::new();
         let mut rv = 1;
@@ -339,7 +316,7 @@ impl Persist {
             for row in t.iter()? {
                 let (k, v) = row?;
                 let key = k.value().split('\u{0}').next().unwrap_or_default().to_string();
-                match serde_json::from_slice::<Value>(v.value()) {
+                match Object::load(v.value()) {
                     Ok(obj) => objects.push((key, obj)),
                     Err(e) => tracing::warn!("skipping unreadable stored object {:?}: {e}", k.value()),
                 }
@@ -393,9 +370,9 @@ fn write_batch(db: &redb::Database, ops: &[PersistOp]) -> anyhow::Result<()> {
         let mut t = w.open_table(OBJECTS)?;
         let mut rv = 0;
         for op in ops {
-            match &op.value {
-                Some(v) => {
-                    t.insert(op.key.as_str(), v.as_slice())?;
+            match &op.object {
+                Some(obj) => {
+                    t.insert(op.key.as_str(), obj.json())?;
                 }
                 None => {
                     t.remove(op.key.as_str())?;
@@ -407,4 +384,109 @@ fn write_batch(db: &redb::Database, ops: &[PersistOp]) -> anyhow::Result<()> {
     }
     w.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key() -> StorageKey {
+        "banlieue.io/virtualmachines".into()
+    }
+
+    fn vm(name: &str, uid: &str) -> Value {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+               "metadata": {"name": name, "namespace": "ns", "uid": uid, "labels": {"app": "web"}},
+               "spec": {"cpus": 2}})
+    }
+
+    fn served_rv(obj: &Object) -> String {
+        let v: Value = serde_json::from_slice(obj.json()).unwrap();
+        v["metadata"]["resourceVersion"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn commits_assign_versions_into_the_stored_text_and_check_them() {
+        let store = Store::in_memory(100);
+        let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+        assert_eq!((a.rv(), served_rv(&a)), (2, "2".to_string()));
+        assert_eq!(store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap_err(), CommitError::AlreadyExists);
+        assert_eq!(store.commit(&key(), "ns", "b", Expect::Version(2), Some(vm("b", "u-b"))).unwrap_err(), CommitError::NotFound);
+        // A stale resourceVersion in the object itself is overwritten, not trusted.
+        let mut changed = vm("a", "u-a");
+        changed["metadata"]["resourceVersion"] = json!("1");
+        changed["spec"]["cpus"] = json!(4);
+        let a2 = store.commit(&key(), "ns", "a", Expect::Version(2), Some(changed)).unwrap();
+        assert_eq!((a2.rv(), served_rv(&a2)), (3, "3".to_string()));
+        assert_eq!(a2.value()["spec"]["cpus"], 4);
+        assert_eq!(store.commit(&key(), "ns", "a", Expect::Version(2), Some(vm("a", "u-a"))).unwrap_err(), CommitError::Conflict);
+        let got = store.get(&key(), "ns", "a").unwrap();
+        assert_eq!(got.json(), a2.json());
+        assert_eq!(store.locate_uid("u-a"), Some((key(), "ns".to_string(), "a".to_string())));
+        assert_eq!(store.current_rv(), 3);
+    }
+
+    #[test]
+    fn a_delete_carries_its_own_version_and_events_share_the_stored_text() {
+        let store = Store::in_memory(100);
+        let mut rx = store.subscribe();
+        let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+        let added = rx.try_recv().unwrap();
+        assert_eq!(added.etype, EventType::Added);
+        assert!(std::ptr::eq(added.object.json(), a.json()), "the event shares the stored buffer");
+        let gone = store.commit(&key(), "ns", "a", Expect::Version(a.rv()), None).unwrap();
+        assert_eq!((gone.rv(), served_rv(&gone)), (3, "3".to_string()));
+        let mut expected = a.value();
+        expected["metadata"]["resourceVersion"] = json!("3");
+        assert_eq!(gone.value(), expected, "the last state, at the deletion's resourceVersion");
+        let deleted = rx.try_recv().unwrap();
+        assert_eq!(deleted.etype, EventType::Deleted);
+        assert!(std::ptr::eq(deleted.old.as_ref().unwrap().json(), a.json()));
+        assert!(store.get(&key(), "ns", "a").is_none() && store.locate_uid("u-a").is_none());
+        // The history holds the same events: no copies.
+        let (past, _) = store.watch_from(1).unwrap();
+        assert_eq!(past.len(), 2);
+        assert!(std::ptr::eq(past[1].object.json(), gone.json()));
+    }
+
+    #[test]
+    fn watches_resume_from_the_history_or_are_told_it_is_gone() {
+        let store = Store::in_memory(2);
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            store.commit(&key(), "ns", name, Expect::Absent, Some(vm(name, &format!("u-{i}")))).unwrap();
+        }
+        let (past, _) = store.watch_from(2).unwrap();
+        assert_eq!(past.iter().map(|e| (e.rv, e.object.name())).collect::<Vec<_>>(), [(3, "b"), (4, "c")]);
+        assert_eq!(store.watch_from(1).unwrap_err(), 2);
+        let (items, rv) = store.list(&key(), Some("ns"));
+        assert_eq!((items.len(), rv), (3, 4));
+        assert_eq!(items.iter().map(served_rv).collect::<Vec<_>>(), ["2", "3", "4"]);
+    }
+
+    #[test]
+    fn a_data_directory_gives_back_the_same_text() {
+        let dir = std::env::temp_dir().join(format!("banlieue-store-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept = {
+            let store = Store::open(&dir, 100).unwrap();
+            let a = store.commit(&key(), "ns", "a", Expect::Absent, Some(vm("a", "u-a"))).unwrap();
+            let b = store.commit(&key(), "ns", "b", Expect::Absent, Some(vm("b", "u-b"))).unwrap();
+            store.commit(&key(), "ns", "b", Expect::Version(b.rv()), None).unwrap();
+            store.close();
+            a
+        };
+        let store = Store::open(&dir, 100).unwrap();
+        assert_eq!(store.current_rv(), 4);
+        let a = store.get(&key(), "ns", "a").unwrap();
+        assert_eq!(a.json(), kept.json(), "byte for byte");
+        assert_eq!((a.rv(), a.label("app")), (2, Some("web")));
+        assert!(store.get(&key(), "ns", "b").is_none() && store.locate_uid("u-b").is_none());
+        assert_eq!(store.locate_uid("u-a"), Some((key(), "ns".to_string(), "a".to_string())));
+        // Writes go on from the stored resourceVersion.
+        let a2 = store.commit(&key(), "ns", "a", Expect::Version(2), Some(vm("a", "u-a"))).unwrap();
+        assert_eq!(served_rv(&a2), "5");
+        store.close();
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
