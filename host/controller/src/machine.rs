@@ -65,7 +65,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
-    let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource);
+    let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource, Default::default());
     // Everything that talks to one backend runs in the replica holding its Provider's shard.
     let frame = frame.sharded_by(shard_key);
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());

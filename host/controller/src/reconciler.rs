@@ -135,6 +135,7 @@ pub fn dynamic_controller(
     ctx: &Arc<Context>,
     name: &'static str,
     resource: &kube::api::ApiResource,
+    config: kube::runtime::watcher::Config,
 ) -> (kube::runtime::Controller<kube::api::DynamicObject>, Store<kube::api::DynamicObject>, Frame<kube::api::DynamicObject>) {
     use kube::runtime::{watcher, WatchStreamExt};
     let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
@@ -142,7 +143,7 @@ pub fn dynamic_controller(
     // managedFields are most of a server-side-applied object's size, and no reconcile reads them.
     let changes = kube::runtime::reflector(
         writer,
-        watcher(ctx.watched_dynamic(resource), watcher::Config::default()).modify(|o| o.metadata.managed_fields = None),
+        watcher(ctx.watched_dynamic(resource), config).modify(|o| o.metadata.managed_fields = None),
     )
         .default_backoff()
         .touched_objects()

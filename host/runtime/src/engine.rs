@@ -17,6 +17,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// place between instances (see `Runtime::new`).
 const KEEP_RESIDENT_MEMORY: usize = 2 << 20;
 const KEEP_RESIDENT_TABLE: usize = 64 << 10;
+/// Idle instance slots kept warm (see `Runtime::new`).
+const WARM_SLOTS: u32 = 16;
 
 /// Largest linear memory any component may be granted.
 pub const MAX_MEMORY_BYTES: usize = 1 << 30;
@@ -78,6 +80,12 @@ impl Runtime {
         pool.max_core_instances_per_component(32);
         pool.max_component_instance_size(1 << 20);
         pool.max_core_instance_size(4 << 20);
+        // Slots a finished instance leaves keep their touched pages resident ("warm") for
+        // the next instance of the same component; wasmtime keeps up to 100 by default, which
+        // after a burst of calls is tens of MiB of RSS for nothing. A control plane runs at
+        // most `--concurrency` calls per controller at once: a few warm slots per component
+        // suffice, the rest are decommitted.
+        pool.max_unused_warm_slots(WARM_SLOTS);
         // Every call gets a fresh instance, so a slot's memory is reset after each
         // call. By default that is an madvise of the whole memory: the next instance
         // page-faults its stack and data back in, and each madvise flushes the TLBs

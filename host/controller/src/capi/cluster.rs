@@ -58,7 +58,7 @@ struct Kind {
 /// Reconcile every `<prefix>Cluster` until `stop`.
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::infra_kinds::cluster_resource(&prefix);
-    let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource);
+    let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource, Default::default());
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (in_namespace, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());

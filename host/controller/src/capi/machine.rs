@@ -57,7 +57,10 @@ struct Kind {
 /// Bind every `<prefix>Machine` CAPI creates, until `stop`.
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::infra_kinds::machine_resource(&prefix);
-    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource);
+    // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
+    // of them, are neither cached nor reconciled here).
+    let capi_made = kube::runtime::watcher::Config::default().labels(super::CLUSTER_NAME_LABEL);
+    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, capi_made);
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
