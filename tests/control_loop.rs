@@ -159,6 +159,35 @@ async fn a_vm_is_created_powered_restarted_and_deleted_on_libvirt() -> anyhow::R
     Ok(())
 }
 
+/// A Machine deleted by someone else is torn down (backend VM included) and made again for its
+/// VM, which waits for the deletion to finish (its deletion event brings the VM back).
+#[tokio::test]
+async fn a_machine_deleted_by_hand_is_made_again_for_its_vm() -> anyhow::Result<()> {
+    let env = TestEnv::start("machine-deleted").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    apply(&env.client, vm(&env, "web", json!({}))).await?;
+    wait_for(&vms, "web", 60, "Ready", is_ready).await?;
+    let first = machines(&env).get("web").await?.uid().unwrap_or_default();
+
+    machines(&env).delete("web", &Default::default()).await?;
+    let again = wait_for(&vms, "web", 60, "Ready on a new Machine", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.infrastructure_ref.as_ref()?.uid.clone()).is_some_and(|u| u != first)
+    })
+    .await?;
+    let second = again.status.and_then(|s| s.infrastructure_ref).and_then(|r| r.uid).unwrap_or_default();
+    // libvirt's own account: one domain, the new Machine's.
+    assert_eq!(domains(&libvirt, &env.ns).await?, vec![(format!("{}_web", env.ns), second, DomainState::Running)]);
+
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert!(domains(&libvirt, &env.ns).await?.is_empty());
+    Ok(())
+}
+
 #[tokio::test]
 async fn changing_the_provider_moves_the_vm_between_libvirt_hosts() -> anyhow::Result<()> {
     let env = TestEnv::start("vm-swap").await?;

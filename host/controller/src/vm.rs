@@ -38,6 +38,10 @@ use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
 pub const VM_LABEL: &str = "banlieue.io/vm";
+/// When to look again at a VM whose cached copy was found older than the server's.
+const STALE_CACHE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a recorded decision may go unseen in the cache before the cache is trusted again.
+const STALE_CACHE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 struct State {
     ctx: Arc<Context>,
@@ -49,6 +53,34 @@ struct State {
     providers: Store<Provider>,
     provider_classes: Store<ProviderClass>,
     caches_ready: CachesReady,
+    /// Decisions this process recorded that the VM cache has not shown yet, by VM UID. A
+    /// Machine's event can wake a VM before the VM's own watch has brought back the status
+    /// that placed it; acting on that older copy would place the VM a second time.
+    unseen: std::sync::Mutex<std::collections::HashMap<String, (Scheduled, std::time::Instant)>>,
+}
+
+impl State {
+    /// Whether `vm` (as cached) predates a decision this process recorded for it; forgets the
+    /// decision once the cache shows it.
+    fn stale(&self, vm: &VirtualMachine) -> bool {
+        let (Some(uid), mut unseen) = (vm.uid(), self.unseen.lock().unwrap_or_else(|e| e.into_inner())) else { return false };
+        let Some((recorded, at)) = unseen.get(&uid) else { return false };
+        // A watch catches up in milliseconds; past the bound, the cache is what it is.
+        if vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) == Some(recorded) || at.elapsed() > STALE_CACHE_BOUND {
+            unseen.remove(&uid);
+            return false;
+        }
+        true
+    }
+
+    fn recorded(&self, vm: &VirtualMachine, scheduled: Option<Scheduled>) {
+        let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
+        match (vm.uid(), scheduled) {
+            (Some(uid), Some(s)) => unseen.insert(uid, (s, std::time::Instant::now())).map(|_| ()),
+            (Some(uid), None) => unseen.remove(&uid).map(|_| ()),
+            _ => None,
+        };
+    }
 }
 
 impl State {
@@ -103,7 +135,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
-    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default() });
+    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default() });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -224,10 +256,20 @@ impl<'a> Reconcile<'a> {
         if self.vm.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }
+        if self.state.stale(self.vm) {
+            return Ok(Outcome::Requeue(STALE_CACHE_RETRY));
+        }
         if !finalizer::has(self.vm, FINALIZER) {
             // Added with the resourceVersion read; the reconcile goes on (status writes
             // do not depend on it), so a new VM costs one reconcile, not two.
-            finalizer::add(&self.api, self.vm, FINALIZER).await?;
+            match finalizer::add(&self.api, self.vm, FINALIZER).await {
+                Ok(()) => {}
+                // The cached VM is older than the server's (a Machine event can wake this VM
+                // before the watch has brought back the finalizer this process added): look
+                // again shortly instead of failing into a backoff.
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Outcome::Requeue(STALE_CACHE_RETRY)),
+                Err(e) => return Err(e.into()),
+            }
         }
         // The Machine the status names, read once for this reconcile.
         let machine = match self.status.infrastructure_ref.clone() {
@@ -260,6 +302,7 @@ impl<'a> Reconcile<'a> {
     async fn record(&mut self) -> Result<(), Error> {
         self.write_status().await?;
         if let Some(message) = self.decided.take() {
+            self.state.recorded(self.vm, self.status.scheduled.clone());
             self.event(false, Reason::Scheduled, "Schedule", message).await;
         }
         Ok(())
@@ -343,6 +386,13 @@ impl<'a> Reconcile<'a> {
                     && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
                 if !same {
                     return self.move_away(&current, &old, &scheduled).await;
+                }
+                if old.metadata.deletion_timestamp.is_some() {
+                    // Deleted by someone else: its finalizer tears the backend VM down, and its
+                    // deletion brings the VM back to make a new one (re-applying now would ask
+                    // for a finalizer on an object being deleted, which the API server refuses).
+                    self.mirror(&old, &target);
+                    return Ok(Outcome::AwaitChange);
                 }
                 existing = Some(old);
             }
@@ -606,6 +656,7 @@ impl<'a> Reconcile<'a> {
             }
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
+        self.state.recorded(self.vm, None);
         Ok(Outcome::AwaitChange)
     }
 
