@@ -36,6 +36,9 @@ fn component_keygen_push_sign_verify_inspect() {
     let r = format!("oci://{}/banlieue/spread:v1", reg.host);
 
     let (ok, out) = banlieue(&["component", "inspect", spread], dir.path());
+    assert!(ok && out.contains("world:    placement (contract 0.2.0)") && out.contains("banlieue:placement/policy@0.2.0"), "{out}");
+    // A policy built for 0.1.0 is still accepted (the host adapts it).
+    let (ok, out) = banlieue(&["component", "inspect", repo().join("guests/dist/placement-legacy.wasm").to_str().unwrap()], dir.path());
     assert!(ok && out.contains("world:    placement (contract 0.1.0)") && out.contains("banlieue:placement/policy@0.1.0"), "{out}");
     let (ok, out) = banlieue(&["component", "inspect", repo().join("guests/dist/hostile-fs.wasm").to_str().unwrap()], dir.path());
     assert!(!ok && out.contains("wasi:filesystem"), "refused with the import named: {out}");
