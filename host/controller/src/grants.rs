@@ -166,7 +166,7 @@ pub async fn backend_of_class(ctx: &Context, provider: &Provider, class: Option<
     let class = class.ok_or_else(|| (Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found"), true))?;
     let driver = ctx
         .components
-        .driver(&class)
+        .driver(class)
         .await
         .map_err(|e| (Reason::DriverNotReady, format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)

@@ -202,10 +202,10 @@ pub fn log_run<T, E: std::error::Error, Q: std::error::Error>(
     controller: &'static str,
 ) -> impl FnMut(Result<T, kube::runtime::controller::Error<E, Q>>) -> std::future::Ready<()> {
     move |result| {
-        if let Err(e) = result {
-            if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
-                tracing::debug!(controller, error = %e, "controller runtime");
-            }
+        if let Err(e) = result
+            && !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..))
+        {
+            tracing::debug!(controller, error = %e, "controller runtime");
         }
         std::future::ready(())
     }

@@ -195,10 +195,10 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
             while let Some(m) = events.next().await {
                 let Ok(m) = m else { continue };
                 let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));
-                if let (Some(owner), Some(ns)) = (owner, m.namespace()) {
-                    if tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns)).is_err() {
-                        return;
-                    }
+                if let (Some(owner), Some(ns)) = (owner, m.namespace())
+                    && tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns)).is_err()
+                {
+                    return;
                 }
             }
         });
@@ -378,24 +378,24 @@ impl<'a> Reconcile<'a> {
 
         // A Machine made for another placement goes first.
         let mut existing = None;
-        if let Some(current) = self.status.infrastructure_ref.clone() {
-            if let Some(old) = machine? {
-                let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
-                let same = current.kind == target.kind
-                    && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
-                    && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
-                if !same {
-                    return self.move_away(&current, &old, &scheduled).await;
-                }
-                if old.metadata.deletion_timestamp.is_some() {
-                    // Deleted by someone else: its finalizer tears the backend VM down, and its
-                    // deletion brings the VM back to make a new one (re-applying now would ask
-                    // for a finalizer on an object being deleted, which the API server refuses).
-                    self.mirror(&old, &target);
-                    return Ok(Outcome::AwaitChange);
-                }
-                existing = Some(old);
+        if let Some(current) = self.status.infrastructure_ref.clone()
+            && let Some(old) = machine?
+        {
+            let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
+            let same = current.kind == target.kind
+                && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
+                && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
+            if !same {
+                return self.move_away(&current, &old, &scheduled).await;
             }
+            if old.metadata.deletion_timestamp.is_some() {
+                // Deleted by someone else: its finalizer tears the backend VM down, and its
+                // deletion brings the VM back to make a new one (re-applying now would ask
+                // for a finalizer on an object being deleted, which the API server refuses).
+                self.mirror(&old, &target);
+                return Ok(Outcome::AwaitChange);
+            }
+            existing = Some(old);
         }
         if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
             self.status.infrastructure_ref = Some(target.clone());
