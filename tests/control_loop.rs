@@ -188,6 +188,48 @@ async fn a_machine_deleted_by_hand_is_made_again_for_its_vm() -> anyhow::Result<
     Ok(())
 }
 
+/// Regression: VMs applied together were placed from a cache that did not show the decisions
+/// just made for their neighbours, so spread piled them onto one host (4 on a, 1 on b).
+#[tokio::test]
+async fn a_burst_of_vms_is_spread_evenly_across_hosts() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-burst").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let uri_b = libvirt_test_node(env.dir(), "host-b", 16, 64, 500)?;
+    provider(&env, "b", &uri_b).await?;
+    let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
+    for p in ["a", "b"] {
+        wait_for(&providers, p, 60, "Ready", |p: Option<&Provider>| {
+            p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .await?;
+    }
+    let (host_a, host_b) = (cp.ctx.libvirt.get(DEFAULT_URI).await?, cp.ctx.libvirt.get(&uri_b).await?);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let names: Vec<String> = (0..10).map(|i| format!("burst-{i}")).collect();
+    futures::future::try_join_all(names.iter().map(|n| {
+        let mut object = vm(&env, n, json!({}));
+        object["metadata"]["labels"] = json!({"app": "burst"});
+        apply(&env.client, object)
+    }))
+    .await?;
+    for n in &names {
+        wait_for(&vms, n, 90, "Ready", is_ready).await?;
+    }
+    // libvirt's account: every placement counted the ones made before it.
+    let (on_a, on_b) = (domains(&host_a, &env.ns).await?.len(), domains(&host_b, &env.ns).await?.len());
+    assert_eq!((on_a, on_b), (5, 5), "spread evenly: {on_a} on a, {on_b} on b");
+    for n in &names {
+        vms.delete(n, &Default::default()).await?;
+    }
+    for n in &names {
+        await_deleted(&vms, n).await?;
+    }
+    assert!(domains(&host_a, &env.ns).await?.is_empty() && domains(&host_b, &env.ns).await?.is_empty());
+    Ok(())
+}
+
 #[tokio::test]
 async fn changing_the_provider_moves_the_vm_between_libvirt_hosts() -> anyhow::Result<()> {
     let env = TestEnv::start("vm-swap").await?;

@@ -56,7 +56,12 @@ struct State {
     /// Decisions this process recorded that the VM cache has not shown yet, by VM UID. A
     /// Machine's event can wake a VM before the VM's own watch has brought back the status
     /// that placed it; acting on that older copy would place the VM a second time.
+    /// Decisions enter it when made (before they are written), so the next placement in
+    /// this process counts them: a burst of VMs is spread, not all put where the first went.
     unseen: std::sync::Mutex<std::collections::HashMap<String, (Scheduled, std::time::Instant)>>,
+    /// Held from gathering candidates to assuming the decision: placements in one process
+    /// see each other's decisions.
+    placing: tokio::sync::Mutex<()>,
 }
 
 impl State {
@@ -73,13 +78,37 @@ impl State {
         true
     }
 
-    fn recorded(&self, vm: &VirtualMachine, scheduled: Option<Scheduled>) {
+    /// Count `scheduled` as `vm`'s placement from now on (it is about to be written).
+    fn assume(&self, vm: &VirtualMachine, scheduled: Scheduled) {
+        if let Some(uid) = vm.uid() {
+            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, (scheduled, std::time::Instant::now()));
+        }
+    }
+
+    /// A decision whose write failed: nothing records it.
+    fn forget(&self, vm: &VirtualMachine) {
+        if let Some(uid) = vm.uid() {
+            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        }
+    }
+
+    /// Every cached VM, with the decisions this process made but the cache does not show yet.
+    fn placed_vms(&self) -> Vec<Arc<VirtualMachine>> {
+        let mut vms = self.vms.state();
         let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
-        match (vm.uid(), scheduled) {
-            (Some(uid), Some(s)) => unseen.insert(uid, (s, std::time::Instant::now())).map(|_| ()),
-            (Some(uid), None) => unseen.remove(&uid).map(|_| ()),
-            _ => None,
-        };
+        unseen.retain(|_, (_, at)| at.elapsed() <= STALE_CACHE_BOUND);
+        if unseen.is_empty() {
+            return vms;
+        }
+        for vm in &mut vms {
+            let Some((scheduled, _)) = vm.uid().and_then(|uid| unseen.get(&uid)) else { continue };
+            if vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) != Some(scheduled) {
+                let mut assumed = VirtualMachine::clone(vm);
+                assumed.status.get_or_insert_with(Default::default).scheduled = Some(scheduled.clone());
+                *vm = Arc::new(assumed);
+            }
+        }
+        vms
     }
 }
 
@@ -135,7 +164,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
-    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default() });
+    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default(), placing: Default::default() });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -300,9 +329,13 @@ impl<'a> Reconcile<'a> {
 
     /// Write the status (when it changed), then announce a decision it records.
     async fn record(&mut self) -> Result<(), Error> {
-        self.write_status().await?;
+        if let Err(e) = self.write_status().await {
+            if self.decided.take().is_some() {
+                self.state.forget(self.vm);
+            }
+            return Err(e);
+        }
         if let Some(message) = self.decided.take() {
-            self.state.recorded(self.vm, self.status.scheduled.clone());
             self.event(false, Reason::Scheduled, "Schedule", message).await;
         }
         Ok(())
@@ -347,9 +380,7 @@ impl<'a> Reconcile<'a> {
             self.state.providers.state().into_iter().filter(|p| p.namespace().as_deref() == Some(self.ns.as_str())).collect();
         providers.sort_by_key(|p| p.name_any());
         let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
-        let vms = self.state.vms.state();
-
-        let scheduled = self.place(&class, &image, &image_classes, &providers, &vms).await?;
+        let scheduled = self.place(&class, &image, &image_classes, &providers).await?;
         if let Some(shards) = &self.ctx.shards {
             let now = format!("{}/{}", self.ns, scheduled.provider);
             if shards.shard_of(&shard_key(self.vm)) != shards.shard_of(&now) {
@@ -426,11 +457,10 @@ impl<'a> Reconcile<'a> {
         image: &VMImage,
         image_classes: &BTreeSet<String>,
         providers: &[Arc<Provider>],
-        vms: &[Arc<VirtualMachine>],
     ) -> Result<Scheduled, Blocked> {
         let current = self.status.scheduled.clone();
         if let Some(current) = &current {
-            let all = scheduling::candidates(self.vm, class, image_classes, providers, vms, false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+            let all = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
             if scheduling::still_valid(current, &all, &self.ns) {
                 self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(current));
                 return Ok(current.clone());
@@ -449,7 +479,7 @@ impl<'a> Reconcile<'a> {
                     return Ok(current.clone());
                 }
             }
-            match self.choose(class, image, image_classes, providers, vms).await {
+            match self.choose(class, image, image_classes, providers).await {
                 Ok(next) => {
                     self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
                     Ok(next)
@@ -461,7 +491,7 @@ impl<'a> Reconcile<'a> {
                 }
             }
         } else {
-            let next = self.choose(class, image, image_classes, providers, vms).await?;
+            let next = self.choose(class, image, image_classes, providers).await?;
             // The words of every later reconcile, so confirming the placement writes nothing.
             self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(&next));
             Ok(next)
@@ -474,9 +504,9 @@ impl<'a> Reconcile<'a> {
         image: &VMImage,
         image_classes: &BTreeSet<String>,
         providers: &[Arc<Provider>],
-        vms: &[Arc<VirtualMachine>],
     ) -> Result<Scheduled, Blocked> {
-        let found = scheduling::candidates(self.vm, class, image_classes, providers, vms, true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+        let _placing = self.state.placing.lock().await;
+        let found = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
         if found.candidates.is_empty() {
             let mut why = found.excluded.clone();
             if why.is_empty() {
@@ -515,6 +545,7 @@ impl<'a> Reconcile<'a> {
         self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
         self.set(READY, false, reason, note);
         self.status.scheduled = Some(scheduled.clone());
+        self.state.assume(self.vm, scheduled.clone());
         // Recorded (and announced) by `apply` before anything is made for it, or at the end
         // of the reconcile when something else stops it first.
         self.decided = Some(message);
@@ -656,7 +687,7 @@ impl<'a> Reconcile<'a> {
             }
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
-        self.state.recorded(self.vm, None);
+        self.state.forget(self.vm);
         Ok(Outcome::AwaitChange)
     }
 
