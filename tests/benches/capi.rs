@@ -121,15 +121,7 @@ async fn bench(machines: usize, rounds: usize) -> anyhow::Result<()> {
         crds.patch(crd.metadata.name.as_deref().unwrap_or_default(), &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
     }
     let uris = [libvirt_test_node(dir.path(), "host-a", 4096, 8192, 1 << 20)?, libvirt_test_node(dir.path(), "host-b", 4096, 8192, 1 << 20)?];
-    let mut objects = vec![
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
-               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
-    ];
+    let mut objects = banlieue_tests::bench::libvirt_objects();
     for (name, uri) in ["a", "b"].iter().zip(&uris) {
         objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": NS},
                "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},

@@ -69,20 +69,13 @@ async fn bench(members: usize, rounds: usize) -> anyhow::Result<()> {
         api.patch(crd.metadata.name.as_deref().unwrap_or_default(), &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await?;
     }
     let uri = libvirt_test_node(dir.path(), "bench-host", 4096, 8192, 1 << 20)?;
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
-               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host", "namespace": NS},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
-                        // libvirt's test driver needs no protection: measure banlieue, not the throttle.
-                        "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}),
-    ] {
+    let mut objects = banlieue_tests::bench::libvirt_objects();
+    objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host", "namespace": NS},
+        "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                 "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
+                 // libvirt's test driver needs no protection: measure banlieue, not the throttle.
+                 "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}));
+    for object in objects {
         apply(&client, object).await?;
     }
     let options = Options {

@@ -59,15 +59,7 @@ async fn round(vms: usize, replicas: usize) -> anyhow::Result<Round> {
     let server = ChildApiServer::start().await?;
     let client = server.client.clone();
     apply(&client, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": banlieue_controller::SYSTEM_NAMESPACE}})).await?;
-    let mut objects = vec![
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
-               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
-    ];
+    let mut objects = banlieue_tests::bench::libvirt_objects();
     for p in 0..PROVIDERS {
         let uri = libvirt_test_node(dir.path(), &format!("host-{p}"), 64, 1024, 1 << 20)?;
         objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": format!("p{p}"), "namespace": NS},

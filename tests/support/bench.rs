@@ -120,3 +120,19 @@ pub async fn await_ready(client: &kube::Client, namespace: &str, mut want: std::
     .await
     .map_err(|_| anyhow::anyhow!("{} VMs still not Ready after {limit:?}", want.len()))?
 }
+
+/// What the libvirt benches start from: ProviderClass `libvirt` (the built-in driver),
+/// VMClass `small` (1 CPU, 512 MiB, a 4 GiB `standard` disk, a `default` NIC) and VMImage
+/// `debian`; each bench adds its Providers.
+pub fn libvirt_objects() -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
+               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
+               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
+    ]
+}
