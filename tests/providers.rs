@@ -15,18 +15,17 @@ use banlieue_api::{Provider, VirtualMachine};
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
+use banlieue_tests::backends::{machines, names, proxmox_fixtures, provider_class, pve_vm, secret, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, PVE, VCENTER};
 use banlieue_tests::control::{apply, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use anyhow::Context as _;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 const USER_DATA: &str = "#cloud-config\nhostname: web\nruncmd:\n  - echo hello from banlieue\n";
-const VCENTER: &str = "vcenter";
-const PVE: &str = "pve";
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -35,114 +34,6 @@ fn b64(s: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Objects
 
-/// Per-test names of the cluster-scoped objects (the suite also runs on a shared cluster).
-struct Names {
-    provider_class: String,
-    vm_class: String,
-    image: String,
-}
-
-fn names(env: &TestEnv, backend: &str) -> Names {
-    let ns = &env.ns;
-    Names { provider_class: format!("{ns}-{backend}"), vm_class: format!("{ns}-{backend}-small"), image: format!("{ns}-{backend}-os") }
-}
-
-fn secret(env: &TestEnv, name: &str, data: &[(&str, &str)]) -> Value {
-    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(b64(v)))).collect();
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": env.ns}, "type": "Opaque", "data": data})
-}
-
-fn provider_class(name: &str, component: &str, kind: &str) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
-           "spec": {"component": {"source": format!("builtin:{component}")}, "infrastructureKind": kind,
-                    "capabilities": {"http": true, "secrets": true}}})
-}
-
-fn vm_class(name: &str, cpus: u32, memory_mib: u64, disk_gib: u64, storage_class: &str, power_off_timeout: u32) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": name},
-           "spec": {"cpus": cpus, "memoryMiB": memory_mib, "disks": [{"name": "root", "sizeGiB": disk_gib, "storageClass": storage_class}],
-                    "nics": [{"name": "eth0", "networkClass": "default"}], "powerOffTimeoutSeconds": power_off_timeout}})
-}
-
-fn vm_image(name: &str, provider_class: &str, template: &str) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name},
-           "spec": {"sources": [{"providerClass": provider_class, "template": template}]}})
-}
-
-/// The vSphere ProviderClass, a VMClass, a VMImage on vcsim's template, the credentials Secret
-/// (with `password`) and Provider `vcenter` on vcsim. `standard` maps to vcsim's datastore;
-/// `ghost` to a datastore vcsim does not have.
-async fn vsphere_fixtures(env: &TestEnv, vc: &Vcsim, password: &str) -> anyhow::Result<Names> {
-    let n = names(env, "vsphere");
-    for object in [
-        provider_class(&n.provider_class, "provider-vsphere", "VSphere"),
-        vm_class(&n.vm_class, 2, 2048, 10, "standard", 10),
-        vm_image(&n.image, &n.provider_class, vcsim::TEMPLATE),
-        secret(env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", password)]),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": env.ns},
-               "spec": {"providerClassRef": {"name": n.provider_class},
-                        "connection": {"endpoint": vc.url,
-                                       "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
-                        "capabilities": {"storageClasses": {"standard": "LocalDS_0", "ghost": "no-such-datastore"},
-                                         "networkClasses": {"default": "VM Network"}}}}),
-    ] {
-        apply(&env.client, object).await?;
-    }
-    Ok(n)
-}
-
-/// How the Proxmox Provider reaches fakepve.
-enum PveEndpoint {
-    /// Plain http through the fixture's counting proxy (logins are counted).
-    Proxy,
-    /// fakepve's own https with its certificate as the Provider's CA bundle.
-    Https,
-}
-
-/// The Proxmox ProviderClass, a VMClass, a VMImage on fakepve's template (by VMID), the
-/// credentials Secret (with `password`) and Provider `pve`.
-async fn proxmox_fixtures(env: &TestEnv, pve: &FakePve, password: &str, endpoint: PveEndpoint) -> anyhow::Result<Names> {
-    let n = names(env, "proxmox");
-    let connection = match endpoint {
-        PveEndpoint::Proxy => json!({"endpoint": pve.proxy_url}),
-        PveEndpoint::Https => json!({"endpoint": pve.url, "caBundle": pve.ca_pem}),
-    };
-    let mut connection = connection;
-    connection["credentialsRef"] = json!({"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]});
-    for object in [
-        provider_class(&n.provider_class, "provider-proxmox", "Proxmox"),
-        vm_class(&n.vm_class, 2, 2048, 4, "standard", 5),
-        vm_image(&n.image, &n.provider_class, &fakepve::TEMPLATE_VMID.to_string()),
-        secret(env, "pve-credentials", &[("username", &pve.username), ("password", password)]),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": PVE, "namespace": env.ns},
-               "spec": {"providerClassRef": {"name": n.provider_class}, "connection": connection,
-                        "capabilities": {"storageClasses": {"standard": "local-lvm"}, "networkClasses": {"default": "vmbr0"}}}}),
-    ] {
-        apply(&env.client, object).await?;
-    }
-    Ok(n)
-}
-
-fn vm(env: &TestEnv, name: &str, n: &Names, provider: &str, extra: Value) -> Value {
-    let mut spec = json!({"classRef": {"name": n.vm_class}, "imageRef": {"name": n.image},
-                          "placement": {"providerRef": {"name": provider}}});
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        s.extend(e.clone());
-    }
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": env.ns}, "spec": spec})
-}
-
-/// A Proxmox VM: pinned to node pve1, where the template's disk (on non-shared local-lvm) is.
-fn pve_vm(env: &TestEnv, name: &str, n: &Names, extra: Value) -> Value {
-    let mut v = vm(env, name, n, PVE, extra);
-    v["spec"]["placement"]["failureDomainSelector"] = json!({"matchLabels": {"banlieue.io/failure-domain": "pve1"}});
-    v
-}
-
-fn machines(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", &format!("{kind}Machine"));
-    Api::namespaced_with(env.client.clone(), &env.ns, &ApiResource::from_gvk_with_plural(&gvk, &format!("{}machines", kind.to_ascii_lowercase())))
-}
 
 // ---------------------------------------------------------------------------------------------
 // Conditions

@@ -13,6 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 
+pub mod backends;
 pub mod bench;
 pub mod bootstrap;
 pub mod control;
