@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: dev test crds rbac image fuzz bench deps docs
+.PHONY: dev test crds rbac image fuzz bench deps docs faults
 
 deps:
 	scripts/install-deps.sh
@@ -45,6 +45,15 @@ bench:
 	cargo bench -p banlieue-imagebuilder --bench fetch
 	cargo bench -p banlieue-secrets --bench credentials
 	cargo bench -p banlieue-tests --bench images
+
+## The fault suites at their full iteration counts (CI runs shorter ones); every suite
+## prints a `RELIABILITY …` line: the figures of BENCHMARKS.md's "Reliability".
+## BANLIEUE_FAULTS_SEED=N replays a run of the seeded suites.
+FAULT_SUITES = faults_api faults_hosts faults_backends faults_drivers
+faults:
+	guests/build.sh
+	for t in $(FAULT_SUITES); do BANLIEUE_FAULTS_FULL=1 cargo test -p banlieue-tests --test $$t -- --nocapture --test-threads 1 || exit 1; done 2>&1 | tee target/faults.log
+	@grep -h '^RELIABILITY' target/faults.log
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
 FUZZ_SECONDS ?= 60

@@ -17,6 +17,7 @@ pub mod backends;
 pub mod bench;
 pub mod bootstrap;
 pub mod control;
+pub mod faults;
 pub mod files;
 
 /// banlieue's own namespace (Leases).
