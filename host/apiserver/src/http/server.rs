@@ -55,6 +55,12 @@ impl ApiServer {
         Ok(ApiServer { kubeconfig: kubeconfig(&url, &creds), url, addr, token: creds.token, ca_pem: creds.ca_pem, state, stop, task })
     }
 
+    /// Compact the watch history and end every open watch with `410 Gone` (fault tests:
+    /// a watch-expiry storm, as an etcd compaction causes on a real cluster).
+    pub fn expire_watches(&self) {
+        self.state.store.expire();
+    }
+
     /// Every resource request so far, oldest first (see [`crate::audit`]).
     pub fn audit_log(&self) -> Vec<crate::audit::AuditEntry> {
         self.state.audit.entries()

@@ -141,3 +141,33 @@ fn watch_events_carry_each_change_at_its_resource_version() {
         assert_eq!(event["object"]["metadata"]["resourceVersion"], deleted_rv.to_string());
     });
 }
+
+#[test]
+fn expiring_watches_ends_open_ones_with_410_and_refuses_resuming_from_before() {
+    let (rt, state) = server();
+    rt.block_on(async {
+        let from = state.store.current_rv();
+        call(&state, "POST", V1, r#"{"metadata":{"name":"a"}}"#).await;
+        let watch = send(&state, "GET", &format!("{V1}?watch=true&resourceVersion={from}"), "application/json", "").await;
+        let mut body = watch.into_body();
+        let mut next = async || {
+            let frame = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.expect("an event").unwrap().unwrap();
+            parse(frame.into_data().unwrap().strip_suffix(b"\n").unwrap())
+        };
+        assert_eq!(next().await["type"], "ADDED");
+
+        state.store.expire();
+        let error = next().await;
+        assert_eq!((error["type"].as_str(), error["object"]["code"].as_i64(), error["object"]["reason"].as_str()), (Some("ERROR"), Some(410), Some("Expired")));
+        let end = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.expect("the watch ends");
+        assert!(end.is_none(), "the watch ends after the error");
+
+        // Resuming from any resourceVersion before the expiry is refused; a fresh list works.
+        let watch = send(&state, "GET", &format!("{V1}?watch=true&resourceVersion={from}"), "application/json", "").await;
+        let frame = tokio::time::timeout(Duration::from_secs(5), watch.into_body().frame()).await.expect("an event").unwrap().unwrap();
+        let gone = parse(frame.into_data().unwrap().strip_suffix(b"\n").unwrap());
+        assert_eq!(gone["object"]["code"], 410);
+        let (status, list) = call(&state, "GET", V1, "").await;
+        assert_eq!((status, parse(&list)["items"].as_array().map(Vec::len)), (200, Some(1)));
+    });
+}

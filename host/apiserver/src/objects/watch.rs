@@ -74,6 +74,8 @@ fn start(req: Request) -> Result<Response<Body>, ApiError> {
     };
     let subscription = store.watch_from(start_rv);
     let interval = req.state.config.bookmark_interval;
+    let mut expired = store.expiries();
+    expired.mark_unchanged();
     tokio::spawn(async move {
         let (past, live) = match subscription {
             Ok(s) => s,
@@ -103,7 +105,7 @@ fn start(req: Request) -> Result<Response<Body>, ApiError> {
                 return;
             }
         }
-        w.run(live, interval, Duration::from_secs(timeout)).await;
+        w.run(live, expired, interval, Duration::from_secs(timeout)).await;
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(Frame::data(b)), rx))
@@ -133,7 +135,7 @@ fn object_line(etype: &str, json: &[u8]) -> Bytes {
 }
 
 impl Watch {
-    async fn run(&mut self, mut live: broadcast::Receiver<Arc<Event>>, interval: Duration, timeout: Duration) {
+    async fn run(&mut self, mut live: broadcast::Receiver<Arc<Event>>, mut expired: tokio::sync::watch::Receiver<u64>, interval: Duration, timeout: Duration) {
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut tick = tokio::time::interval(interval);
@@ -151,6 +153,12 @@ impl Watch {
                 }
                 _ = &mut deadline => return,
                 _ = self.tx.closed() => return,
+                // The history was compacted past this watch: the client lists again.
+                Ok(()) = expired.changed() => {
+                    let status = ApiError::gone(format!("too old resource version: {} (compacted)", self.last_rv)).to_status();
+                    let _ = self.tx.send(line("ERROR", &status)).await;
+                    return;
+                }
             }
         }
     }

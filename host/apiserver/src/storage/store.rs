@@ -77,6 +77,8 @@ pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
     persist: Option<Persist>,
+    /// Bumped by [`Store::expire`]: every open watch ends with `410 Gone`.
+    expiries: tokio::sync::watch::Sender<u64>,
 }
 
 use crate::config::DEFAULT_HISTORY_AGE;
@@ -116,6 +118,7 @@ impl Store {
             }),
             tx,
             persist: None,
+            expiries: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -258,6 +261,21 @@ impl Store {
         }
         let past = inner.history.iter().filter(|(_, e)| e.rv > from).map(|(_, e)| e.clone()).collect();
         Ok((past, self.tx.subscribe()))
+    }
+
+    /// Compact the whole history and end every open watch with `410 Gone`, as when
+    /// kube-apiserver's etcd is compacted past its watchers: each client must list again.
+    /// For fault tests (`ApiServer::expire_watches`).
+    pub fn expire(&self) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.compacted = inner.rv;
+        inner.history.clear();
+        self.expiries.send_modify(|n| *n += 1);
+    }
+
+    /// Changes when [`Store::expire`] ends the open watches.
+    pub fn expiries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.expiries.subscribe()
     }
 
     /// A receiver of every future event (controllers inside the server).
