@@ -13,6 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 
+pub mod apiserver;
 pub mod backends;
 pub mod bench;
 pub mod bootstrap;
@@ -69,6 +70,17 @@ impl TestEnv {
         let client = client_for(&kubeconfig).await?;
         let ns = format!("{}-{}", test.replace('_', "-"), &uuid_suffix());
         let env = TestEnv { client, kubeconfig, ns, server, dir };
+        env.create_namespace(&env.ns).await?;
+        Ok(env)
+    }
+
+    /// A test on the server of `kubeconfig` (one the test started itself, such as an
+    /// [`apiserver::ApiServerProcess`]), with a namespace of its own.
+    pub async fn connect(test: &str, kubeconfig: &Path) -> anyhow::Result<TestEnv> {
+        let _ = tracing_init();
+        let client = client_for(kubeconfig).await?;
+        let ns = format!("{}-{}", test.replace('_', "-"), &uuid_suffix());
+        let env = TestEnv { client, kubeconfig: kubeconfig.to_path_buf(), ns, server: None, dir: tempfile::tempdir()? };
         env.create_namespace(&env.ns).await?;
         Ok(env)
     }
@@ -181,7 +193,7 @@ impl Drop for TestEnv {
         // drop the finalizers it would have removed (or the namespace stays Terminating),
         // then delete the namespace and the cluster-scoped objects named after it.
         // (scripts/test-cluster.sh removes what tests share, such as CRDs, after a run.)
-        if self.server.is_none() && Self::external() {
+        if self.server.is_none() && std::env::var_os("BANLIEUE_TEST_KUBECONFIG").is_some_and(|k| Path::new(&k) == self.kubeconfig) {
             let kubectl = |args: &[&str]| {
                 Command::new("kubectl").args(args).env("KUBECONFIG", &self.kubeconfig).stdin(Stdio::null()).output().ok().filter(|o| o.status.success())
             };

@@ -139,9 +139,16 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         Err(e) => return Ok(error_response(&ApiError::bad_request(format!("reading request body: {e}")))),
     };
     let method = parts.method.clone();
-    let routed = std::panic::AssertUnwindSafe(crate::http::router::route(state, parts, body)).catch_unwind().await;
+    let routed = std::panic::AssertUnwindSafe(crate::http::router::route(state.clone(), parts, body)).catch_unwind().await;
     Ok(match routed {
-        Ok(resp) => resp,
+        Ok(resp) => {
+            // A change is acknowledged once it is on disk (with `--data-dir`): what a client
+            // was told succeeded survives a crash of the server.
+            if !matches!(method, hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS) {
+                state.store.durable(state.store.current_rv()).await;
+            }
+            resp
+        }
         Err(_) => {
             tracing::error!(%method, %path, "request handler panicked");
             error_response(&ApiError::internal("internal error while handling the request"))

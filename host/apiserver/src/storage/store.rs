@@ -79,6 +79,9 @@ pub struct Store {
     persist: Option<Persist>,
     /// Bumped by [`Store::expire`]: every open watch ends with `410 Gone`.
     expiries: tokio::sync::watch::Sender<u64>,
+    /// The latest resourceVersion on disk (persisted stores): a write is acknowledged and
+    /// its event sent to watchers only once it is there, so a SIGKILL loses nothing anyone saw.
+    durable: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 use crate::config::DEFAULT_HISTORY_AGE;
@@ -119,13 +122,15 @@ impl Store {
             tx,
             persist: None,
             expiries: tokio::sync::watch::Sender::new(0),
+            durable: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
     /// A store persisted in `dir/objects.redb`, loaded with the objects stored there.
     pub fn open(dir: &Path, history_cap: usize) -> anyhow::Result<Self> {
         let mut store = Store::in_memory(history_cap);
-        let (persist, rv, objects) = Persist::open(&dir.join("objects.redb"))?;
+        let (persist, rv, objects) = Persist::open(&dir.join("objects.redb"), store.tx.clone(), store.durable.clone())?;
+        store.durable.send_replace(rv);
         {
             let mut inner = store.inner.lock().unwrap();
             inner.rv = rv.max(1);
@@ -139,6 +144,14 @@ impl Store {
         }
         store.persist = Some(persist);
         Ok(store)
+    }
+
+    /// Wait until every change up to `rv` is on disk (at once for an in-memory store).
+    pub async fn durable(&self, rv: u64) {
+        if self.persist.is_some() {
+            let mut durable = self.durable.subscribe();
+            let _ = durable.wait_for(|d| *d >= rv).await;
+        }
     }
 
     /// The current (latest committed) resourceVersion.
@@ -242,25 +255,34 @@ impl Store {
         let event = Arc::new(Event { key: key.clone(), etype, object: stored.clone(), old: current, rv });
         inner.history.push_back((Instant::now(), event.clone()));
         inner.compact();
-        if let Some(p) = &self.persist {
-            let object = (etype != EventType::Deleted).then(|| stored.clone());
-            p.send(PersistOp { key: object_path(key, ns, name), object, rv });
+        // Sent under the lock so watchers see events in resourceVersion order; by the
+        // persistence thread once on disk when persisted.
+        match &self.persist {
+            Some(p) => {
+                let object = (etype != EventType::Deleted).then(|| stored.clone());
+                p.send(PersistOp { key: object_path(key, ns, name), object, rv, event });
+            }
+            None => {
+                let _ = self.tx.send(event);
+            }
         }
-        // Sent under the lock so watchers see events in resourceVersion order.
-        let _ = self.tx.send(event);
         Ok(stored)
     }
 
     /// Start a watch of every event after `from`: the events still in the history,
     /// and a receiver for those that follow. `Err` when `from` is older than the history.
     pub fn watch_from(&self, from: u64) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), u64> {
+        // Subscribed before reading how far the disk is: an event sent before is in the
+        // history up to that point, one sent after arrives live (watches skip repeats).
+        let live = self.tx.subscribe();
         let mut inner = self.inner.lock().unwrap();
         inner.compact();
         if from < inner.compacted {
             return Err(inner.compacted);
         }
-        let past = inner.history.iter().filter(|(_, e)| e.rv > from).map(|(_, e)| e.clone()).collect();
-        Ok((past, self.tx.subscribe()))
+        let upto = if self.persist.is_some() { *self.durable.borrow() } else { u64::MAX };
+        let past = inner.history.iter().filter(|(_, e)| e.rv > from && e.rv <= upto).map(|(_, e)| e.clone()).collect();
+        Ok((past, live))
     }
 
     /// Compact the whole history and end every open watch with `410 Gone`, as when
@@ -304,6 +326,8 @@ struct PersistOp {
     /// The object whose JSON is written; `None` removes the key.
     object: Option<Object>,
     rv: u64,
+    /// Sent to watchers once written.
+    event: Arc<Event>,
 }
 
 enum PersistMsg {
@@ -320,7 +344,7 @@ struct Persist {
 
 impl Persist {
     #[allow(clippy::type_complexity)]
-    fn open(path: &Path) -> anyhow::Result<(Persist, u64, Vec<(String, Object)>)> {
+    fn open(path: &Path, events: broadcast::Sender<Arc<Event>>, durable: Arc<tokio::sync::watch::Sender<u64>>) -> anyhow::Result<(Persist, u64, Vec<(String, Object)>)> {
         let db = redb::Database::create(path)?;
         let mut objects = Vec::new();
         let mut rv = 1;
@@ -344,7 +368,7 @@ impl Persist {
             }
         }
         let (tx, rx) = mpsc::channel::<PersistMsg>();
-        let thread = std::thread::Builder::new().name("store-persist".into()).spawn(move || persist_loop(db, rx))?;
+        let thread = std::thread::Builder::new().name("store-persist".into()).spawn(move || persist_loop(db, rx, events, durable))?;
         Ok((Persist { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) }, rv, objects))
     }
 
@@ -360,7 +384,7 @@ impl Persist {
     }
 }
 
-fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
+fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>, events: broadcast::Sender<Arc<Event>>, durable: Arc<tokio::sync::watch::Sender<u64>>) {
     let mut closing = false;
     while !closing {
         let Ok(first) = rx.recv() else { break };
@@ -374,9 +398,15 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>) {
             }
             next = if ops.len() < 4096 { rx.try_recv().ok() } else { None };
         }
-        if !ops.is_empty() {
+        if let Some(last) = ops.last() {
             if let Err(e) = write_batch(&db, &ops) {
                 tracing::error!("persisting {} changes failed: {e}", ops.len());
+            }
+            // On disk first, then visible: a writer waiting for `durable` is answered, and
+            // anyone who sees the event sees a change a restart keeps.
+            durable.send_replace(last.rv);
+            for op in ops {
+                let _ = events.send(op.event);
             }
         }
     }
