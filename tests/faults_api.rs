@@ -9,7 +9,7 @@
 //! shared cluster: they always run on the embedded server they start, also when
 //! `BANLIEUE_TEST_KUBECONFIG` names a cluster.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
@@ -25,7 +25,6 @@ use kube::ResourceExt;
 use serde_json::json;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_banlieue-test-apiserver");
-const HOST_A: &str = "test:///default";
 
 /// Writes the server acknowledged before it was SIGKILLed are all there after the restart:
 /// creates, then updates, then deletes, each killed right after the last acknowledgement.
@@ -91,5 +90,287 @@ async fn acknowledged_writes_survive_a_sigkill_of_the_api_server() -> anyhow::Re
     }
     println!("RELIABILITY suite=api-sigkill-acknowledged-writes iterations={rounds} faults={} writes={} lost={lost}", rounds * 3, rounds * 3 * n);
     assert_eq!(lost, 0, "acknowledged writes lost across SIGKILL");
+    Ok(())
+}
+
+/// Providers `a` and `b` on two libvirt test hosts with room for every VM of the suites.
+async fn two_hosts(env: &TestEnv, cp: &ControlPlane) -> anyhow::Result<Vec<Libvirt>> {
+    let (a, b) = (libvirt_test_node(env.dir(), "host-a", 256, 1024, 10_000)?, libvirt_test_node(env.dir(), "host-b", 256, 1024, 10_000)?);
+    libvirt_fixtures(env, &[("a", &a), ("b", &b)]).await?;
+    Ok(vec![cp.ctx.libvirt.get(&a).await?, cp.ctx.libvirt.get(&b).await?])
+}
+
+fn vm(env: &TestEnv, name: &str) -> serde_json::Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": env.ns, "labels": {"suite": "faults"}},
+           "spec": {"classRef": {"name": format!("{}-small", env.ns)}, "imageRef": {"name": format!("{}-debian", env.ns)}}})
+}
+
+fn pool(env: &TestEnv, name: &str, replicas: usize) -> serde_json::Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": name, "namespace": env.ns},
+           "spec": {"replicas": replicas, "selector": {"matchLabels": {"pool": name}},
+                    "template": {"metadata": {"labels": {"pool": name}},
+                                 "spec": {"classRef": {"name": format!("{}-small", env.ns)}, "imageRef": {"name": format!("{}-debian", env.ns)}}}}})
+}
+
+/// What the backends hold against what is declared, and how many backend VMs were made again.
+#[derive(Debug, Default)]
+struct Census {
+    /// VM name → the Machine UID its backend VM was first made for.
+    made_for: BTreeMap<String, String>,
+}
+
+impl Census {
+    /// Whether the namespace has converged on `declared` (VM names): every VM Ready, and the
+    /// libvirt hosts hold exactly one domain per declared VM, the one of its current Machine.
+    /// Counts into `tally` the backend VMs made a second time (a new Machine UID for a VM).
+    async fn converged(&mut self, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally) -> anyhow::Result<bool> {
+        let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+        let listed = vms.list(&ListParams::default()).await?.items;
+        let ready: BTreeMap<String, String> = listed
+            .iter()
+            .filter(|v| v.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+            .filter_map(|v| Some((v.name_any(), v.status.as_ref()?.infrastructure_ref.as_ref()?.uid.clone()?)))
+            .collect();
+        let domains = domains(env, hosts).await?;
+        for (name, uids) in &domains {
+            if let (Some(first), Some(now)) = (self.made_for.get(name), ready.get(name))
+                && first != now
+                && uids.contains(now)
+            {
+                tally.duplicated += 1;
+                self.made_for.insert(name.clone(), now.clone());
+            }
+        }
+        let done = listed.len() == declared.len()
+            && declared.iter().all(|n| ready.contains_key(n))
+            && domains.len() == declared.len()
+            && domains.iter().all(|(n, uids)| uids.len() == 1 && ready.get(n).is_some_and(|u| uids[0] == *u));
+        if done {
+            for (n, u) in ready {
+                self.made_for.entry(n).or_insert(u);
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// The test namespace's domains on every host: VM name → domain UUIDs (the Machine UIDs).
+async fn domains(env: &TestEnv, hosts: &[Libvirt]) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let prefix = format!("{}_", env.ns);
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for host in hosts {
+        for d in host.domain_list().await? {
+            if let Some(name) = d.name.strip_prefix(&prefix) {
+                found.entry(name.to_string()).or_default().push(d.uuid);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Wait (bounded) until the namespace converges on `declared`; the time it took.
+async fn converge(census: &mut Census, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally, what: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if census.converged(env, hosts, declared, tally).await? {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            let d = domains(env, hosts).await?;
+            anyhow::bail!("{what}: not converged within 180 s on {} declared VMs; libvirt holds {d:?}", declared.len());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A fault while `act` runs: SIGKILL the server after a random delay, leave it down a while,
+/// restart it. Returns when it is serving again (the fault cleared).
+async fn sigkill_during(server: &mut ApiServerProcess, rng: &mut Rng, act: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    let (delay, down) = (Duration::from_millis(rng.between(0, 1500)), Duration::from_millis(rng.between(50, 1500)));
+    let acting = async {
+        // A request cut by the kill fails; the test's own writes are retried until accepted.
+        act.await
+    };
+    let killing = async {
+        tokio::time::sleep(delay).await;
+        server.sigkill();
+        tokio::time::sleep(down).await;
+        server.restart().await
+    };
+    let (acted, restarted) = tokio::join!(acting, killing);
+    restarted?;
+    acted
+}
+
+/// Apply `object`, retrying (bounded) while the server is down.
+async fn apply_retrying(env: &TestEnv, object: serde_json::Value) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        match apply(&env.client, object.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if started.elapsed() < Duration::from_secs(60) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn delete_retrying<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let started = Instant::now();
+    loop {
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(e) if started.elapsed() < Duration::from_secs(60) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The server SIGKILLed at a random moment of creates, of a pool scale and of deletes; each
+/// time the control plane (in this process, its watches cut and resumed or relisted with
+/// `410 Gone`) converges on exactly the declared VMs, each made once, and deletion leaves none.
+#[tokio::test]
+async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Result<()> {
+    let mut server = ApiServerProcess::start(SERVER).await?;
+    let env = TestEnv::connect("api-kill-vms", &server.kubeconfig()).await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    let hosts = two_hosts(&env, &cp).await?;
+    let mut rng = Rng::seeded("api-sigkill-control-plane", 0x16_0001);
+    let mut tally = Tally::new("api-sigkill-control-plane");
+    let mut census = Census::default();
+    let (rounds, per_round, members) = (iterations(2, 10), 6, 8);
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    for round in 0..rounds {
+        // Creates.
+        let names: Vec<String> = (0..per_round).map(|i| format!("r{round}-vm-{i}")).collect();
+        sigkill_during(&mut server, &mut rng, async {
+            for n in &names {
+                apply_retrying(&env, vm(&env, n)).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        tally.faults += 1;
+        let mut declared: BTreeSet<String> = names.iter().cloned().collect();
+        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "creates").await?;
+        tally.converge.push(took);
+
+        // A pool scaled out.
+        let p = format!("r{round}-pool");
+        sigkill_during(&mut server, &mut rng, apply_retrying(&env, pool(&env, &p, members))).await?;
+        tally.faults += 1;
+        declared.extend((0..members).map(|i| format!("{p}-{i}")));
+        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "pool scale").await?;
+        tally.converge.push(took);
+
+        // Deletes: the VMs and the pool (its members go with it).
+        sigkill_during(&mut server, &mut rng, async {
+            for n in &names {
+                delete_retrying(&vms, n).await?;
+            }
+            delete_retrying(&pools, &p).await
+        })
+        .await?;
+        tally.faults += 1;
+        declared.clear();
+        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "deletes").await?;
+        tally.converge.push(took);
+        tally.leaked += domains(&env, &hosts).await?.len();
+        tally.iterations += 1;
+    }
+    // The Machines too: none left behind.
+    let gvk = kube::api::GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", "LibvirtMachine");
+    let machines: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &kube::api::ApiResource::from_gvk_with_plural(&gvk, "libvirtmachines"));
+    assert!(machines.list(&ListParams::default()).await?.items.is_empty(), "no Machine left");
+    tally.report();
+    drop(cp);
+    Ok(())
+}
+
+/// Calls of one driver function so far, from the process's metrics (`banlieue_component_calls`).
+fn driver_calls(cp: &ControlPlane, function: &str) -> u64 {
+    let wanted = format!("function=\"{function}\"");
+    cp.ctx
+        .metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("banlieue_component_calls_total{") && l.contains(&wanted) && l.contains("provider-libvirt"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Watch-expiry storms: every open watch ended with `410 Gone` and the history compacted,
+/// again and again at random intervals, during a pool's scale-out and its deletion. The
+/// control plane relists and converges; the driver is asked to create each backend VM at most
+/// once and to delete each at most twice (the bound documented in BENCHMARKS.md).
+#[tokio::test]
+async fn watch_expiry_storms_during_a_pool_scale_cost_no_duplicate_backend_vms() -> anyhow::Result<()> {
+    let server = ApiServerProcess::start(SERVER).await?;
+    let env = TestEnv::connect("watch-storm", &server.kubeconfig()).await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    let hosts = two_hosts(&env, &cp).await?;
+    let mut rng = Rng::seeded("watch-expiry-storm", 0x16_0002);
+    let mut tally = Tally::new("watch-expiry-storm");
+    let mut census = Census::default();
+    let (rounds, members) = (iterations(1, 3), iterations(60, 200));
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    for round in 0..rounds {
+        let (creates, deletes) = (driver_calls(&cp, "create"), driver_calls(&cp, "delete"));
+        let p = format!("storm-{round}");
+        apply(&env.client, pool(&env, &p, members)).await?;
+        let declared: BTreeSet<String> = (0..members).map(|i| format!("{p}-{i}")).collect();
+        let storm = |rng: &mut Rng, tally: &mut Tally| -> anyhow::Result<Duration> {
+            tally.faults += 1;
+            server.expire_watches()?;
+            Ok(Duration::from_millis(rng.between(100, 600)))
+        };
+        // Storm until the backends hold the pool; then time the convergence after the last one.
+        let mut next = storm(&mut rng, &mut tally)?;
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(next).await;
+            if census.converged(&env, &hosts, &declared, &mut tally).await? {
+                break;
+            }
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "scale-out did not converge under the storm in 300 s");
+            if started.elapsed() < Duration::from_secs(20) || rng.between(0, 2) == 0 {
+                next = storm(&mut rng, &mut tally)?;
+            }
+        }
+        server.expire_watches()?;
+        tally.faults += 1;
+        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "scale-out after the storm").await?;
+        tally.converge.push(took);
+        let created = driver_calls(&cp, "create") - creates;
+
+        pools.delete(&p, &Default::default()).await?;
+        let none = BTreeSet::new();
+        let started = Instant::now();
+        while !census.converged(&env, &hosts, &none, &mut tally).await? {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "deletion did not converge under the storm in 300 s");
+            tally.faults += 1;
+            server.expire_watches()?;
+            tokio::time::sleep(Duration::from_millis(rng.between(100, 600))).await;
+        }
+        let deleted = driver_calls(&cp, "delete") - deletes;
+        println!("watch-expiry-storm round {round}: {members} members, {created} create calls, {deleted} delete calls");
+        tally.duplicated += created.saturating_sub(members as u64) as usize;
+        assert!(deleted <= 2 * members as u64, "{deleted} delete calls for {members} backend VMs");
+        tally.leaked += domains(&env, &hosts).await?.len();
+        tally.iterations += 1;
+    }
+    tally.report();
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The embedded API server as a process of its own, for tests that SIGKILL and restart it:
 //! `banlieue-test-apiserver DATA_DIR ADDR`. Objects and credentials are kept in DATA_DIR (so a
 //! restart on the same address serves the same kubeconfig), the kubeconfig is written to
-//! DATA_DIR/kubeconfig and `listening` is printed once it serves. Runs until killed.
+//! DATA_DIR/kubeconfig and `listening` is printed once it serves. SIGUSR1 ends every open
+//! watch with `410 Gone` and compacts the history (a watch-expiry storm). Runs until killed.
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -21,7 +22,10 @@ fn main() -> anyhow::Result<()> {
         .await?;
         server.write_kubeconfig(&dir.join("kubeconfig"))?;
         println!("listening");
-        std::future::pending::<()>().await;
+        let mut expire = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+        while expire.recv().await.is_some() {
+            server.expire_watches();
+        }
         Ok(())
     })
 }

@@ -76,6 +76,14 @@ impl ApiServerProcess {
         }
     }
 
+    /// End every open watch with `410 Gone` and compact the history (SIGUSR1).
+    pub fn expire_watches(&self) -> anyhow::Result<()> {
+        let pid = self.child.as_ref().context("the API server is not running")?.id();
+        let status = Command::new("kill").args(["-USR1", &pid.to_string()]).status()?;
+        anyhow::ensure!(status.success(), "kill -USR1 {pid}: {status}");
+        Ok(())
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }

@@ -61,6 +61,10 @@ pub struct RoleArgs {
     /// The exporter Job's image (needs `sh` and `oras`).
     #[arg(long, default_value = "ghcr.io/oras-project/oras:v1.2.0")]
     pub image_build_exporter_image: String,
+    /// Watch and act on this namespace only (cluster-scoped objects are still read); by
+    /// default every namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
 }
 
 impl RoleArgs {
@@ -118,6 +122,7 @@ impl RoleArgs {
                 .image_build_registry
                 .clone()
                 .map(|registry| ImageBuildOptions { registry, exporter_image: self.image_build_exporter_image.clone() }),
+            namespace: self.namespace.clone(),
             ..Options::default()
         })
     }
