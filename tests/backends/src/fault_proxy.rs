@@ -79,6 +79,14 @@ pub struct Seen {
     pub op: Option<String>,
     /// The fault applied (`pass` when none).
     pub fault: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    /// Whether the request's body contains `text`.
+    pub fn body_has(&self, text: &str) -> bool {
+        self.body.windows(text.len().max(1)).any(|w| w == text.as_bytes())
+    }
 }
 
 type Rule = Arc<dyn Fn(&Request) -> Fault + Send + Sync>;
@@ -297,6 +305,7 @@ async fn handle(mut sock: TcpStream, shared: &Shared) -> Result<()> {
         path: request.path.clone(),
         op: request.op.clone(),
         fault: fault.kind(),
+        body: request.body.clone(),
     });
     if fault != Fault::Pass {
         *shared.faults.lock().unwrap().entry(fault.kind()).or_default() += 1;
