@@ -310,22 +310,18 @@ async fn burst_of_5xx(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The clone goes through, then the next requests (the task's polls, the VM's reads) are
-/// reset: the Machine reports it and retries; the end state is one backend VM.
+/// The clone goes through, then every request after it (the task's polls, the VM's reads) is
+/// reset: the Machine and the VM say so while it lasts; once it clears, one backend VM.
 async fn resets_mid_task(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     let name = format!("reset-{i}");
-    let resets = s.rng.between(2, 5) as usize;
-    let after_clone = Arc::new(AtomicUsize::new(usize::MAX));
+    let cloned = Arc::new(AtomicUsize::new(0));
     let is_clone = s.backend.is_clone();
-    let counter = after_clone.clone();
+    let seen = cloned.clone();
     s.proxy.set(move |r| {
         if is_clone(r) {
-            counter.store(0, Ordering::SeqCst);
-            return Fault::Pass;
-        }
-        let n = counter.load(Ordering::SeqCst);
-        if n < resets {
-            counter.store(n + 1, Ordering::SeqCst);
+            seen.fetch_add(1, Ordering::SeqCst);
+            Fault::Pass
+        } else if seen.load(Ordering::SeqCst) > 0 {
             Fault::Reset
         } else {
             Fault::Pass
@@ -334,10 +330,11 @@ async fn resets_mid_task(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     s.apply_vm(&name).await?;
     let message = s.wait_reported(&name, 60, "BackendUnavailable", "request to").await?;
     println!("{}: after a reset mid-task: {message}", s.backend.label());
-    // The rule passes everything after its resets: the fault clears by itself.
+    // Held a little longer, a random while, so retries meet the resets too.
+    tokio::time::sleep(Duration::from_millis(s.rng.between(500, 3_000))).await;
+    s.proxy.clear();
     let cleared = Instant::now();
     s.converge(&name, cleared).await?;
-    s.proxy.clear();
     s.delete(&name).await
 }
 
