@@ -301,7 +301,9 @@ async fn burst_of_5xx(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     }
     let drift = lockstep.iter().max().copied().unwrap_or_default();
     println!("{}: retry gaps of the two machines differ by up to {drift:.2?}", s.backend.label());
-    assert!(drift >= Duration::from_millis(150), "{}: two machines failing together retry in lockstep (gaps {a:?} vs {b:?}): backoff is not jittered", s.backend.label());
+    // Without jitter the two drift by a millisecond or so (the reconciles' own noise); with it,
+    // by more than 50 ms on at least one of three or more gaps but for ~0.1% of runs.
+    assert!(drift >= Duration::from_millis(50), "{}: two machines failing together retry in lockstep (gaps {a:?} vs {b:?}): backoff is not jittered", s.backend.label());
 
     for name in &names {
         s.converge(name, cleared).await?;
@@ -419,11 +421,11 @@ async fn sick_backend(mut s: Sick, short: usize, full: usize) -> anyhow::Result<
 #[tokio::test]
 async fn vsphere_on_a_sick_vcenter_converges_with_one_vm_per_machine() -> anyhow::Result<()> {
     let s = Sick::vsphere("faults-vsphere").await?;
-    sick_backend(s, 1, 10).await
+    sick_backend(s, 1, 6).await
 }
 
 #[tokio::test]
 async fn proxmox_on_a_sick_cluster_converges_with_one_vm_per_machine() -> anyhow::Result<()> {
     let s = Sick::proxmox("faults-proxmox").await?;
-    sick_backend(s, 1, 10).await
+    sick_backend(s, 1, 6).await
 }
