@@ -254,6 +254,10 @@ fn gaps(times: &[Instant]) -> Vec<Duration> {
 async fn burst_of_5xx(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     let names = [format!("burst-{i}-a"), format!("burst-{i}-b")];
     let window = Duration::from_millis(s.rng.between(7_000, 10_000));
+    // A Provider still recovering from the last fault would wake its Machines when it does
+    // (an extra, immediate attempt): start from a Provider probed Ready.
+    s.nudge(&format!("before-burst-{i}")).await?;
+    wait_for(&s.providers, s.provider, 90, "Provider Ready", |p: Option<&Provider>| p.and_then(provider_ready).is_some_and(|(st, _, _)| st == "True")).await?;
     s.proxy.set_when(s.backend.is_clone(), Fault::Status(503));
     let start = Instant::now();
     for name in &names {
@@ -270,8 +274,8 @@ async fn burst_of_5xx(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     // Every request fails now, and the Provider, probed, says so.
     s.proxy.set(|_| Fault::Status(503));
     s.nudge(&format!("burst-{i}")).await?;
-    let p = wait_for(&s.providers, s.provider, 30, "Provider Ready=False BackendUnavailable", |p: Option<&Provider>| {
-        p.and_then(provider_ready).is_some_and(|(st, r, _)| st == "False" && r == "BackendUnavailable")
+    let p = wait_for(&s.providers, s.provider, 30, "Provider Ready=False BackendUnavailable naming the 503", |p: Option<&Provider>| {
+        p.and_then(provider_ready).is_some_and(|(st, r, m)| st == "False" && r == "BackendUnavailable" && m.contains("503"))
     })
     .await?;
     let (_, _, message) = provider_ready(&p).unwrap_or_default();
