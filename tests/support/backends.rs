@@ -56,6 +56,11 @@ pub fn vm_image(name: &str, provider_class: &str, template: &str) -> Value {
 /// (with `password`) and Provider `vcenter` on vcsim. `standard` maps to vcsim's datastore;
 /// `ghost` to a datastore vcsim does not have.
 pub async fn vsphere_fixtures(env: &TestEnv, vc: &Vcsim, password: &str) -> anyhow::Result<Names> {
+    vsphere_fixtures_at(env, &vc.url, password).await
+}
+
+/// [`vsphere_fixtures`] with the Provider's endpoint at `endpoint` (vcsim behind a proxy).
+pub async fn vsphere_fixtures_at(env: &TestEnv, endpoint: &str, password: &str) -> anyhow::Result<Names> {
     let n = names(env, "vsphere");
     for object in [
         provider_class(&n.provider_class, "provider-vsphere", "VSphere"),
@@ -64,7 +69,7 @@ pub async fn vsphere_fixtures(env: &TestEnv, vc: &Vcsim, password: &str) -> anyh
         secret(env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", password)]),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": env.ns},
                "spec": {"providerClassRef": {"name": n.provider_class},
-                        "connection": {"endpoint": vc.url,
+                        "connection": {"endpoint": endpoint,
                                        "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
                         "capabilities": {"storageClasses": {"standard": "LocalDS_0", "ghost": "no-such-datastore"},
                                          "networkClasses": {"default": "VM Network"}}}}),
@@ -80,6 +85,8 @@ pub enum PveEndpoint {
     Proxy,
     /// fakepve's own https with its certificate as the Provider's CA bundle.
     Https,
+    /// A plain-http URL in front of the counting proxy (a fault proxy).
+    At(String),
 }
 
 /// The Proxmox ProviderClass, a VMClass, a VMImage on fakepve's template (by VMID), the
@@ -89,6 +96,7 @@ pub async fn proxmox_fixtures(env: &TestEnv, pve: &FakePve, password: &str, endp
     let connection = match endpoint {
         PveEndpoint::Proxy => json!({"endpoint": pve.proxy_url}),
         PveEndpoint::Https => json!({"endpoint": pve.url, "caBundle": pve.ca_pem}),
+        PveEndpoint::At(url) => json!({"endpoint": url}),
     };
     let mut connection = connection;
     connection["credentialsRef"] = json!({"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]});

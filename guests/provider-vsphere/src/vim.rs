@@ -79,19 +79,34 @@ fn post(http: &Client, url: &str, cookie: Option<&str>, what: &str, body: &str) 
         .send("POST", url, &headers, Some(soap::envelope(body).into_bytes()))
         .map_err(|e| e.context(format_args!("vCenter {what}")))?;
     let text = String::from_utf8_lossy(&resp.body);
-    match soap::parse_reply(&text) {
+    let reply = answer(what, resp.status, &text)?;
+    Ok((reply, resp.headers))
+}
+
+/// vCenter's answer to a SOAP call: a reply or fault, else the error for what came instead.
+/// An HTTP error without a SOAP body (a proxy or load balancer in front of vCenter, or a
+/// vCenter restarting) is named by its status and body, not as a malformed SOAP answer.
+fn answer(what: &str, status: u16, text: &str) -> Result<Reply> {
+    let ok = (200..300).contains(&status);
+    match soap::parse_reply(text) {
         // vCenter answers faults with HTTP 500 and a SOAP body.
-        Ok(reply @ Reply::Fault(_)) => Ok((reply, resp.headers)),
-        Ok(reply) if resp.is_success() => Ok((reply, resp.headers)),
+        Ok(reply @ Reply::Fault(_)) => Ok(reply),
+        Ok(reply) if ok => Ok(reply),
         parsed => {
             let mut snippet = text.trim().to_string();
-            snippet.truncate(300);
+            let mut cut = snippet.len().min(300);
+            while !snippet.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            snippet.truncate(cut);
+            if !ok {
+                return Err(status_error(status, format!("vCenter {what}: HTTP {status}: {snippet}")));
+            }
             let why = match parsed {
                 Err(e) => e,
                 Ok(_) => "unexpected answer".into(),
             };
-            let msg = format!("vCenter {what}: HTTP {}: {why}: {snippet}", resp.status);
-            Err(if resp.is_success() { Error::Internal(msg) } else { status_error(resp.status, msg) })
+            Err(Error::Internal(format!("vCenter {what}: HTTP {status}: {why}: {snippet}")))
         }
     }
 }
@@ -253,6 +268,17 @@ mod tests {
         assert_eq!(sdk_url("https://vc.example"), "https://vc.example/sdk");
         assert_eq!(sdk_url("https://vc.example:8443/"), "https://vc.example:8443/sdk");
         assert_eq!(sdk_url("http://127.0.0.1:9/sdk"), "http://127.0.0.1:9/sdk");
+    }
+
+    #[test]
+    fn an_http_error_without_a_soap_body_names_the_status_not_a_malformed_answer() {
+        let e = answer("CloneVM_Task t -> vm", 503, "Service Unavailable\n").unwrap_err();
+        assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+        assert_eq!(e.message(), "vCenter CloneVM_Task t -> vm: HTTP 503: Service Unavailable");
+        let e = answer("x", 200, "<html/>").unwrap_err();
+        assert!(matches!(e, Error::Internal(_)) && e.message().contains("malformed SOAP response"), "{e:?}");
+        let fault = soap::envelope("<soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>busy</faultstring></soapenv:Fault>");
+        assert!(matches!(answer("x", 500, &fault), Ok(Reply::Fault(_))));
     }
 
     #[test]

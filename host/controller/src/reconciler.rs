@@ -15,7 +15,8 @@ use kube::Resource;
 
 use crate::{Context, Error};
 
-/// Backoff of retried objects: 1 s, 2 s, 4 s … capped here.
+/// Backoff of retried objects: 1 s, 2 s, 4 s … capped here, each wait jittered down to as
+/// little as half (see [`jittered`]).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What a reconcile decided.
@@ -119,7 +120,7 @@ where
         backoff.retain(|k, _| self.cache.get(k).is_some());
         let n = backoff.entry(key).or_insert(0);
         *n = (*n + 1).min(10);
-        backoff_after(*n)
+        jittered(backoff_after(*n))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, u32>> {
@@ -211,9 +212,17 @@ pub fn log_run<T, E: std::error::Error, Q: std::error::Error>(
     }
 }
 
-/// The wait before the `n`th retry in a row.
+/// The longest wait before the `n`th retry in a row.
 pub fn backoff_after(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(MAX_BACKOFF)
+}
+
+/// A wait drawn uniformly from the upper half of `ceiling`: objects that fail together (every
+/// Machine of a backend that went down) spread their retries instead of hitting the backend
+/// in lockstep, and none waits longer than its ceiling.
+pub fn jittered(ceiling: Duration) -> Duration {
+    let ms = ceiling.as_millis() as u64;
+    Duration::from_millis(ms - rand::random_range(0..=ms / 2))
 }
 
 /// A hash of what a reconcile acts on: the spec (generation), labels, annotations,
@@ -289,6 +298,16 @@ mod tests {
         let waits: Vec<u64> = (1..=10).map(|n| backoff_after(n).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
         assert_eq!(backoff_after(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn retries_are_jittered_within_the_upper_half_of_the_backoff() {
+        for ceiling in [backoff_after(1), backoff_after(4), MAX_BACKOFF] {
+            let draws: Vec<Duration> = (0..200).map(|_| jittered(ceiling)).collect();
+            assert!(draws.iter().all(|d| *d >= ceiling / 2 && *d <= ceiling), "{ceiling:?}: {draws:?}");
+            let distinct: std::collections::BTreeSet<&Duration> = draws.iter().collect();
+            assert!(distinct.len() > 20, "{ceiling:?}: spread, not one value: {distinct:?}");
+        }
     }
 
     #[test]

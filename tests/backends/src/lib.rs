@@ -5,6 +5,7 @@
 //! the backend holds, never only what banlieue reports.
 
 pub mod fakepve;
+pub mod fault_proxy;
 pub mod libvirtd;
 pub mod openbao;
 pub mod registry;

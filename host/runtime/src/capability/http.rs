@@ -219,7 +219,15 @@ impl HttpGrant {
         let mut stream = resp.bytes_stream();
         let read = tokio::time::timeout(timeout, async {
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| WitError::Unavailable(format!("reading the response: {e}")))?;
+                // The request's own timeout covers the body too, and fires first: a backend that
+                // stalls halfway through its answer is named as such, not as a decoding error.
+                let chunk = chunk.map_err(|e| {
+                    if e.is_timeout() {
+                        WitError::Unavailable(format!("{} did not finish the response within {timeout:?}", self.host))
+                    } else {
+                        WitError::Unavailable(format!("reading the response from {}: {e}", self.host))
+                    }
+                })?;
                 if body.len() + chunk.len() > self.max_response_bytes {
                     return Err(denied(format!("response larger than {} bytes", self.max_response_bytes)));
                 }
@@ -304,6 +312,29 @@ mod tests {
             let v = self.0.lock().unwrap().clone();
             Box::pin(async move { Ok(v) })
         }
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_stalls_halfway_through_its_answer_is_named_as_such() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            // The head and 10 of the 100 bytes it announces, then nothing.
+            sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789").await.unwrap();
+            let _ = sock.read(&mut buf).await;
+        });
+        let mut g = HttpGrant::for_endpoint(&format!("http://127.0.0.1:{port}")).await.unwrap();
+        g.max_request_time = Duration::from_millis(500);
+        let req = Request { method: "GET".into(), url: format!("http://127.0.0.1:{port}/x"), headers: vec![], body: None, timeout_ms: None };
+        match g.send(req).await {
+            Err(WitError::Unavailable(m)) => assert!(m.contains("did not finish the response within 500ms"), "{m}"),
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+        server.abort();
     }
 
     #[tokio::test]
