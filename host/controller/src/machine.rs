@@ -162,6 +162,11 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         write_status(&api, m, base).await?;
         return Ok(Outcome::AwaitChange);
     }
+    // At most half of the concurrent reconciles for one Provider's machines: a backend that
+    // hangs holds the ones it has until the request timeout, never all of them.
+    let Some(_share) = ctx.throttles.share(&shard_key(m), (usize::from(ctx.options.concurrency) / 2).max(1)) else {
+        return Ok(Outcome::Requeue(crate::throttle::recheck_after()));
+    };
     if m.metadata.deletion_timestamp.is_some() {
         return delete(m, &spec, kind, &api).await;
     }

@@ -50,6 +50,7 @@ reasons! {
     NoCandidates, InvalidDecision, PlacementPolicyNotReady, MigrationPending, MigrationDisabled,
     // Backends and drivers.
     BackendUnavailable, Queued, CredentialsRefused, CredentialsUnavailable, CredentialsNotFound, NotFound, DriverError, DriverNotReady,
+    InvalidDriverResult,
     // Components: fetching, verifying, loading, running.
     Unsigned, VerificationFailed, InvalidArtifact, FetchFailed, SourceInvalid, PullSecretInvalid,
     CapabilitiesNotAllowed, NotLoaded, CRDInstallFailed, InvalidComponent, IncompatibleContract,
@@ -125,6 +126,7 @@ impl Reason {
             CallError::Trap(_) => Reason::Trapped,
             CallError::Busy(_) => Reason::Busy,
             CallError::InvalidDecision(_) => Reason::InvalidDecision,
+            CallError::InvalidResult(_) => Reason::InvalidDriverResult,
         }
     }
 

@@ -16,6 +16,19 @@ use banlieue_api::provider::ProviderLimits;
 #[derive(Default)]
 pub struct Throttles {
     by_provider: Mutex<HashMap<String, Arc<Throttle>>>,
+    /// Machine reconciles under way per Provider (see [`Throttles::share`]).
+    reconciling: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+}
+
+/// One of a Provider's shares of the machine reconciler; given back when dropped.
+pub struct Share {
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Throttles {
@@ -24,6 +37,22 @@ impl Throttles {
         let mut keys: Vec<String> = self.by_provider.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
         keys.sort();
         keys
+    }
+
+    /// A share of the machine reconciler for one of `provider`'s machines, or `None` when
+    /// `max` of its machines are being reconciled already. Every driver call of a reconcile
+    /// (a `describe` too, which no operation slot covers) holds one of the controller's
+    /// concurrent reconciles while it waits on the backend, up to the request timeout: a
+    /// Provider whose backend hangs, with more machines than there are concurrent
+    /// reconciles, would otherwise hold them all and stall the machines of every other
+    /// Provider. Its machines beyond `max` are looked at again shortly instead.
+    pub fn share(&self, provider: &str, max: usize) -> Option<Share> {
+        let count = self.reconciling.lock().unwrap_or_else(|e| e.into_inner()).entry(provider.to_string()).or_default().clone();
+        if count.fetch_add(1, Ordering::AcqRel) >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Share { count })
     }
 
     /// The throttle of `provider`, made anew when its limits changed.
@@ -133,6 +162,16 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_provider_gets_at_most_its_share_of_the_reconciles() {
+        let t = Throttles::default();
+        let held: Vec<Share> = (0..4).map(|_| t.share("ns/hung", 4).expect("within the share")).collect();
+        assert!(t.share("ns/hung", 4).is_none(), "a fifth machine of the hung Provider waits");
+        assert!(t.share("ns/healthy", 4).is_some(), "other Providers are not affected");
+        drop(held);
+        assert!(t.share("ns/hung", 4).is_some(), "shares come back when reconciles end");
+    }
 
     #[test]
     fn slots_bound_the_operations_in_flight() {

@@ -23,6 +23,11 @@ pub enum CallError {
     /// The component returned an error value of the contract.
     #[error("{0}")]
     Guest(GuestError),
+    /// A driver answered with a result outside what the host accepts (`validate`): too
+    /// large, too many entries, malformed addresses or names, or a value the contract
+    /// does not define.
+    #[error("{0}")]
+    InvalidResult(String),
     /// The component answered, but with something the contract does not allow.
     #[error("invalid decision: {0}")]
     InvalidDecision(#[from] InvalidDecision),
@@ -76,6 +81,7 @@ impl CallError {
             CallError::Guest(GuestError::Denied(_)) => "Denied",
             CallError::Guest(GuestError::Internal(_)) => "Internal",
             CallError::InvalidDecision(_) => "InvalidDecision",
+            CallError::InvalidResult(_) => "InvalidDriverResult",
         }
     }
 }

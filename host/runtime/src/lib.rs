@@ -17,6 +17,7 @@ pub mod provider;
 pub mod source;
 mod state;
 pub mod usage;
+pub mod validate;
 
 pub use component::{Contract, Inspection, LoadedComponent, PLACEMENT_LEGACY_VERSIONS, PLACEMENT_VERSION, PROVIDER_VERSION};
 pub use engine::{Runtime, RuntimeConfig};

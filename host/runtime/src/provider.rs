@@ -9,7 +9,7 @@ use crate::component::{Contract, LoadedComponent};
 use crate::error::CallError;
 use crate::limits::Limits;
 use crate::state::{classify, classify_instantiate, new_store, HostState};
-use crate::Runtime;
+use crate::{validate, Runtime};
 
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
@@ -69,19 +69,27 @@ macro_rules! call {
 
 impl ProviderDriver {
     pub async fn probe(&self, config: &ProviderConfig, limits: Limits, grants: Grants) -> Result<Inventory, CallError> {
-        call!(self, limits, grants, |d, store| d.call_probe(&mut store, config).await)
+        let inv = call!(self, limits, grants, |d, store| d.call_probe(&mut store, config).await)?;
+        validate::inventory(&inv)?;
+        Ok(inv)
     }
 
     pub async fn create(&self, config: &ProviderConfig, machine: &Machine, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        call!(self, limits, grants, |d, store| d.call_create(&mut store, config, machine).await)
+        let st = call!(self, limits, grants, |d, store| d.call_create(&mut store, config, machine).await)?;
+        validate::machine_status("create", &st)?;
+        Ok(st)
     }
 
     pub async fn describe(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, machine).await)
+        let st = call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, machine).await)?;
+        validate::machine_status("describe", &st)?;
+        Ok(st)
     }
 
     pub async fn set_power(&self, config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: PowerOff, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state, off).await)
+        let st = call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state, off).await)?;
+        validate::machine_status("set-power", &st)?;
+        Ok(st)
     }
 
     pub async fn delete(&self, config: &ProviderConfig, machine: &MachineRef, off: PowerOff, limits: Limits, grants: Grants) -> Result<(), CallError> {
@@ -89,7 +97,9 @@ impl ProviderDriver {
     }
 
     pub async fn import_image(&self, config: &ProviderConfig, request: &ImageRequest, limits: Limits, grants: Grants) -> Result<ImageStatus, CallError> {
-        call!(self, limits, grants, |d, store| d.call_import_image(&mut store, config, request).await)
+        let st = call!(self, limits, grants, |d, store| d.call_import_image(&mut store, config, request).await)?;
+        validate::image_status(&st)?;
+        Ok(st)
     }
 
     pub async fn delete_image(&self, config: &ProviderConfig, request: &ImageRequest, reference: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {

@@ -60,6 +60,8 @@ pub(crate) fn new_store(rt: &Runtime, contract: Contract, limits: Limits, grants
             Ok(())
         });
     }
+    // What the host copies out of the sandbox for one call is bounded (see `validate`).
+    store.set_hostcall_fuel(crate::validate::MAX_RESULT_COPY);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut ctx| ctx.data_mut().meter.on_tick());
     store
@@ -81,11 +83,34 @@ pub(crate) fn classify(store: &Store<HostState>, err: wasmtime::Error) -> CallEr
         stderr[idx..].lines().take(2).collect::<Vec<_>>().join(": ")
     });
     let trap = err.downcast_ref::<wasmtime::Trap>().map(|t| t.to_string());
+    if let Some(invalid) = invalid_result(&err) {
+        return invalid;
+    }
     match (panic, trap) {
         (Some(p), _) => CallError::Trap(format!("guest {}", truncate(&p, 512))),
         (None, Some(t)) => CallError::Trap(t),
         (None, None) => CallError::Trap(truncate(&format!("{err:#}"), 512)),
     }
+}
+
+/// A result the component model refused while copying it out of the sandbox: a value the
+/// contract does not define (an enum or variant discriminant it does not have), or more
+/// data than the host copies for one call.
+fn invalid_result(err: &wasmtime::Error) -> Option<CallError> {
+    let msg = format!("{err:#}");
+    if msg.contains("unexpected discriminant") || msg.contains("invalid discriminant") {
+        return Some(CallError::InvalidResult(format!(
+            "the driver returned a value its contract does not define ({}); rebuild it against this contract version",
+            truncate(&msg, 256)
+        )));
+    }
+    if msg.contains("too much data is being copied") {
+        return Some(CallError::InvalidResult(format!(
+            "the driver returned more than the host copies out of a sandbox for one call ({} bytes)",
+            crate::validate::thousands(crate::validate::MAX_RESULT_COPY)
+        )));
+    }
+    None
 }
 
 /// Instantiation failures: a full pool is retryable, anything else is the component's.

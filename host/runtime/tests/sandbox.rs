@@ -351,3 +351,63 @@ async fn libvirt_only_through_the_granted_connection() {
     let e = p.probe(&config("libvirt", ""), fast(), Grants::default()).await.unwrap_err();
     assert!(matches!(e, CallError::Guest(banlieue_runtime::GuestError::Denied(_))), "{e}");
 }
+
+/// The host's peak resident memory so far (`VmHWM`), in MiB.
+fn peak_rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) / 1024
+}
+
+#[tokio::test]
+async fn garbage_results_are_refused_with_what_was_wrong_and_the_limit() {
+    let rt = runtime();
+    let p = rt.provider(&guest("hostile-provider")).unwrap();
+    let invalid = |r: Result<(), CallError>| match r {
+        Err(CallError::InvalidResult(m)) => m,
+        other => panic!("expected InvalidResult, got {other:?}"),
+    };
+    let probe = |name: &'static str, limits: Limits| {
+        let p = p.clone();
+        async move { p.probe(&config(name, "http://127.0.0.1:1"), limits, Grants::default()).await.map(|_| ()) }
+    };
+    let m = invalid(probe("domains-100000", Limits::default()).await);
+    assert_eq!(m, "the driver's probe returned 100,000 failure domains; at most 1,000 are accepted");
+    let m = invalid(probe("huge-domain", Limits::default()).await);
+    assert!(m.contains("8,388,608 bytes; at most 256"), "{m}");
+    let m = invalid(probe("bad-labels", Limits::default()).await);
+    assert!(m.contains("5,000 labels"), "{m}");
+    // Two million failure domains do not fit in the default 64 MiB: the guest's own limit.
+    let e = probe("domains-2000000", Limits::default()).await.unwrap_err();
+    assert!(matches!(e, CallError::Memory(64)), "{e}");
+    // With a gigabyte they are built, and copying them out is bounded by the host.
+    let big = Limits { cpu: Duration::from_secs(20), memory_bytes: 1 << 30 };
+    let e = probe("domains-2000000", big).await.unwrap_err();
+    assert!(matches!(e, CallError::InvalidResult(_)), "{e}");
+    // 40 names aliasing one 32 MiB string would be 1.25 GiB once copied: the copy stops at 64 MiB.
+    let before = peak_rss_mib();
+    let m = invalid(probe("alias-40", Limits::default()).await);
+    assert!(m.contains("more than the host copies"), "{m}");
+    let grew = peak_rss_mib().saturating_sub(before);
+    assert!(grew < 512, "the host's peak memory grew by {grew} MiB for an aliased result");
+
+    let r = banlieue_runtime::provider::MachineRef {
+        uid: "u".into(),
+        name: "n".into(),
+        namespace: "ns".into(),
+        provider_id: None,
+        failure_domain: "ok".into(),
+    };
+    for (name, want) in [
+        ("huge-status", "provider ID of 8,388,608 bytes; at most 512"),
+        ("bad-addresses", "5,000 addresses; at most 64"),
+        ("bad-conditions", "1,000 conditions; at most 16"),
+        ("bad-enum", "a value its contract does not define (unexpected discriminant: 7)"),
+    ] {
+        let m = invalid(p.describe(&config(name, "http://127.0.0.1:1"), &r, fast(), Grants::default()).await.map(|_| ()));
+        assert!(m.contains(want), "{name}: {m}");
+        assert!(m.len() < 512, "{name}: the message stays short ({} bytes)", m.len());
+    }
+    // The same component still answers well-behaved calls.
+    let inv = p.probe(&config("fine", "http://127.0.0.1:1"), fast(), Grants::default()).await.unwrap();
+    assert_eq!(inv.failure_domains[0].name, "ok");
+}
