@@ -118,9 +118,6 @@ async fn delete_vms(vms: &Api<VirtualMachine>, names: &[String]) -> anyhow::Resu
 
 #[tokio::test]
 async fn garbage_from_a_driver_becomes_a_condition_and_objects_stay_small() -> anyhow::Result<()> {
-    if std::env::var_os("DEBUG_FAULTS").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter("info,banlieue_controller=debug").try_init();
-    }
     let env = TestEnv::start("faults-garbage").await?;
     env.install_crds().await?;
     let cp = ControlPlane::start(&env)?;
@@ -143,12 +140,6 @@ async fn garbage_from_a_driver_becomes_a_condition_and_objects_stay_small() -> a
         hostile_provider(&env, &class, name, "https://127.0.0.1:1").await?;
     }
     for (name, reason, want) in probes {
-        if std::env::var_os("DEBUG_FAULTS").is_some() {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            let classes: Api<banlieue_api::ProviderClass> = Api::all(env.client.clone());
-            println!("CLASS {:#?}", classes.get(&class).await?.status);
-            println!("PROVIDER {:#?}", providers.get(name).await?.status);
-        }
         let p = wait_for(&providers, name, 60, reason, move |p: Option<&Provider>| {
             p.and_then(|p| condition(&p.status.as_ref()?.conditions, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == reason)
         })

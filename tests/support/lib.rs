@@ -270,7 +270,11 @@ fn uuid_suffix() -> String {
     format!("{:x}{}", nanos & 0xfffff, N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Logs of the roles a test runs in-process, when `RUST_LOG` asks for them.
 fn tracing_init() -> Result<(), ()> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    }
     Ok(())
 }
 

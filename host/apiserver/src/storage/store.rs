@@ -70,7 +70,14 @@ struct Inner {
     history_age: Duration,
     /// Events at or below this resourceVersion are no longer in the history.
     compacted: u64,
+    /// Persisted stores: the highest resourceVersion the disk allows to be handed out.
+    ceiling: u64,
 }
+
+/// How many resourceVersions are reserved on disk at a time. A restarted server starts past
+/// the reservation, so it never hands out a resourceVersion a client saw before the crash
+/// (a client watching from it would otherwise miss every event up to it).
+const RV_BLOCK: u64 = 10_000;
 
 /// The object store.
 pub struct Store {
@@ -118,6 +125,7 @@ impl Store {
                 history_cap: history_cap.max(1),
                 history_age: DEFAULT_HISTORY_AGE,
                 compacted: 1,
+                ceiling: 0,
             }),
             tx,
             persist: None,
@@ -129,12 +137,14 @@ impl Store {
     /// A store persisted in `dir/objects.redb`, loaded with the objects stored there.
     pub fn open(dir: &Path, history_cap: usize) -> anyhow::Result<Self> {
         let mut store = Store::in_memory(history_cap);
-        let (persist, rv, objects) = Persist::open(&dir.join("objects.redb"), store.tx.clone(), store.durable.clone())?;
-        store.durable.send_replace(rv);
+        let (persist, rv, ceiling, objects) = Persist::open(&dir.join("objects.redb"), store.tx.clone(), store.durable.clone())?;
         {
             let mut inner = store.inner.lock().unwrap();
-            inner.rv = rv.max(1);
+            // Past whatever was handed out before, even if it never reached the disk.
+            inner.rv = rv.max(ceiling).max(1);
+            inner.ceiling = inner.rv;
             inner.compacted = inner.rv;
+            store.durable.send_replace(inner.rv);
             for (key, obj) in objects {
                 let (ns, name) = (obj.namespace().to_string(), obj.name().to_string());
                 let key: StorageKey = key.into();
@@ -231,6 +241,13 @@ impl Store {
             _ => {}
         }
         let rv = inner.rv + 1;
+        if let Some(p) = &self.persist
+            && rv > inner.ceiling
+        {
+            // No resourceVersion is handed out before the disk knows it may have been.
+            inner.ceiling = rv + RV_BLOCK;
+            p.reserve(inner.ceiling);
+        }
         inner.rv = rv;
         let (etype, stored) = match new {
             Some(draft) => {
@@ -332,6 +349,8 @@ struct PersistOp {
 
 enum PersistMsg {
     Op(PersistOp),
+    /// Record the resourceVersion ceiling, then answer.
+    Reserve(u64, mpsc::SyncSender<()>),
     /// Write what is queued, then close the database (releasing its file lock).
     Close,
 }
@@ -344,10 +363,10 @@ struct Persist {
 
 impl Persist {
     #[allow(clippy::type_complexity)]
-    fn open(path: &Path, events: broadcast::Sender<Arc<Event>>, durable: Arc<tokio::sync::watch::Sender<u64>>) -> anyhow::Result<(Persist, u64, Vec<(String, Object)>)> {
+    fn open(path: &Path, events: broadcast::Sender<Arc<Event>>, durable: Arc<tokio::sync::watch::Sender<u64>>) -> anyhow::Result<(Persist, u64, u64, Vec<(String, Object)>)> {
         let db = redb::Database::create(path)?;
         let mut objects = Vec::new();
-        let mut rv = 1;
+        let (mut rv, mut ceiling) = (1, 0);
         {
             let w = db.begin_write()?;
             w.open_table(OBJECTS)?;
@@ -366,10 +385,20 @@ impl Persist {
             if let Some(v) = r.open_table(META)?.get("rv")? {
                 rv = v.value();
             }
+            if let Some(v) = r.open_table(META)?.get("ceiling")? {
+                ceiling = v.value();
+            }
         }
         let (tx, rx) = mpsc::channel::<PersistMsg>();
         let thread = std::thread::Builder::new().name("store-persist".into()).spawn(move || persist_loop(db, rx, events, durable))?;
-        Ok((Persist { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) }, rv, objects))
+        Ok((Persist { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) }, rv, ceiling, objects))
+    }
+
+    /// Write the resourceVersion ceiling and wait until it is on disk (every [`RV_BLOCK`] writes).
+    fn reserve(&self, ceiling: u64) {
+        let (done, wait) = mpsc::sync_channel(1);
+        let _ = self.tx.lock().unwrap().send(PersistMsg::Reserve(ceiling, done));
+        let _ = wait.recv();
     }
 
     fn send(&self, op: PersistOp) {
@@ -390,13 +419,21 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>, events: broa
         let Ok(first) = rx.recv() else { break };
         // Batch whatever is queued into one transaction.
         let mut ops = Vec::new();
+        let mut reserved = Vec::new();
         let mut next = Some(first);
         while let Some(msg) = next {
             match msg {
                 PersistMsg::Op(op) => ops.push(op),
+                PersistMsg::Reserve(ceiling, done) => reserved.push((ceiling, done)),
                 PersistMsg::Close => closing = true,
             }
             next = if ops.len() < 4096 { rx.try_recv().ok() } else { None };
+        }
+        if let Some(ceiling) = reserved.iter().map(|(c, _)| *c).max() {
+            if let Err(e) = write_ceiling(&db, ceiling) {
+                tracing::error!("persisting the resourceVersion ceiling failed: {e}");
+            }
+            reserved.into_iter().for_each(|(_, done)| { let _ = done.send(()); });
         }
         if let Some(last) = ops.last() {
             if let Err(e) = write_batch(&db, &ops) {
@@ -410,6 +447,13 @@ fn persist_loop(db: redb::Database, rx: mpsc::Receiver<PersistMsg>, events: broa
             }
         }
     }
+}
+
+fn write_ceiling(db: &redb::Database, ceiling: u64) -> anyhow::Result<()> {
+    let w = db.begin_write()?;
+    w.open_table(META)?.insert("ceiling", ceiling)?;
+    w.commit()?;
+    Ok(())
 }
 
 fn write_batch(db: &redb::Database, ops: &[PersistOp]) -> anyhow::Result<()> {
@@ -525,15 +569,16 @@ mod tests {
             a
         };
         let store = Store::open(&dir, 100).unwrap();
-        assert_eq!(store.current_rv(), 4);
+        // Past every resourceVersion that may have been handed out (the first write reserved a block).
+        assert_eq!(store.current_rv(), 2 + RV_BLOCK);
         let a = store.get(&key(), "ns", "a").unwrap();
         assert_eq!(a.json(), kept.json(), "byte for byte");
         assert_eq!((a.rv(), a.label("app")), (2, Some("web")));
         assert!(store.get(&key(), "ns", "b").is_none() && store.locate_uid("u-b").is_none());
         assert_eq!(store.locate_uid("u-a"), Some((key(), "ns".to_string(), "a".to_string())));
-        // Writes go on from the stored resourceVersion.
+        // Writes go on from there.
         let a2 = store.commit(&key(), "ns", "a", Expect::Version(2), Some(vm("a", "u-a"))).unwrap();
-        assert_eq!(served_rv(&a2), "5");
+        assert_eq!(served_rv(&a2), (3 + RV_BLOCK).to_string());
         store.close();
         let _ = std::fs::remove_dir_all(dir);
     }
