@@ -1,4 +1,5 @@
 # The two commands of the README, and a few helpers.
+SHELL := /bin/bash
 .PHONY: dev test crds rbac image fuzz bench deps docs faults
 
 deps:
@@ -52,8 +53,10 @@ bench:
 FAULT_SUITES = faults_api faults_hosts faults_backends faults_drivers
 faults:
 	guests/build.sh
-	for t in $(FAULT_SUITES); do BANLIEUE_FAULTS_FULL=1 cargo test -p banlieue-tests --test $$t -- --nocapture --test-threads 1 || exit 1; done 2>&1 | tee target/faults.log
-	@grep -h '^RELIABILITY' target/faults.log
+	mkdir -p target
+	cargo build -p banlieue
+	set -o pipefail; for t in $(FAULT_SUITES); do BANLIEUE_FAULTS_FULL=1 cargo test -p banlieue-tests --test $$t -- --nocapture --test-threads 1 || exit 1; done 2>&1 | tee target/faults.log
+	@grep -h 'RELIABILITY' target/faults.log
 
 ## Fuzz every target for FUZZ_SECONDS each (needs the nightly toolchain and cargo-fuzz).
 FUZZ_SECONDS ?= 60
