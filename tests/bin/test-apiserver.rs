@@ -10,6 +10,10 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: banlieue-test-apiserver DATA_DIR ADDR");
     };
     let dir = std::path::PathBuf::from(dir);
+    // Logs on stderr (the test keeps them next to the data) when RUST_LOG asks.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let server = banlieue_apiserver::ApiServer::start(banlieue_apiserver::Config {

@@ -96,5 +96,12 @@ impl ApiServerProcess {
 impl Drop for ApiServerProcess {
     fn drop(&mut self) {
         self.sigkill();
+        // BANLIEUE_TEST_KEEP_DIRS=1: keep the data and the server's log for a look afterwards.
+        if std::env::var_os("BANLIEUE_TEST_KEEP_DIRS").is_some()
+            && let Ok(empty) = tempfile::tempdir()
+        {
+            let kept = std::mem::replace(&mut self.dir, empty).keep();
+            eprintln!("API server data and log kept in {}", kept.display());
+        }
     }
 }

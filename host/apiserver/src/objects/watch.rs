@@ -76,6 +76,7 @@ fn start(req: Request) -> Result<Response<Body>, ApiError> {
     let interval = req.state.config.bookmark_interval;
     let mut expired = store.expiries();
     expired.mark_unchanged();
+    tracing::debug!(resource = %req.rt.kind, namespace = ?req.namespace, from = start_rv, ok = subscription.is_ok(), "watch");
     tokio::spawn(async move {
         let (past, live) = match subscription {
             Ok(s) => s,
