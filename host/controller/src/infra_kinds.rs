@@ -31,7 +31,7 @@ pub fn watch(client: kube::Client) -> impl Stream<Item = String> + Send {
     let classes: Api<ProviderClass> = Api::all(client);
     let mut seen = HashSet::new();
     watcher(classes, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::reconciler::watch_backoff())
         .applied_objects()
         .filter_map(move |class| {
             let new = match class {

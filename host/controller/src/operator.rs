@@ -33,8 +33,8 @@ struct Frames {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (stop_a, stop_b) = split(stop);
-    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default());
-    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default());
+    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
+    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
     let frames = Arc::new(Frames {
         ctx: ctx.clone(),
         classes: Frame::new(ctx.clone(), "providerclass", classes.store(), ()),

@@ -46,7 +46,7 @@ struct Probes {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default());
+    let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
     let store = controller.store();
     let probes = Arc::new(Probes {
         ctx: ctx.clone(),

@@ -146,10 +146,11 @@ pub fn dynamic_controller(
         writer,
         watcher(ctx.watched_dynamic(resource), config).modify(|o| o.metadata.managed_fields = None),
     )
-        .default_backoff()
+        .backoff(crate::reconciler::watch_backoff())
         .touched_objects()
         .predicate_filter(acted_on_infra, kube::runtime::PredicateConfig::default());
     let controller = kube::runtime::Controller::for_stream_with(changes, store.clone(), resource.clone())
+        .trigger_backoff(watch_backoff())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .reconcile_all_on(shard_gains(ctx));
     let frame = Frame::new(ctx.clone(), name, store.clone(), resource.clone()).sharded_by(crate::key);
@@ -174,7 +175,7 @@ where
     use kube::runtime::{watcher, WatchStreamExt};
     let (reader, writer) = kube::runtime::reflector::store();
     let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
-        .default_backoff()
+        .backoff(crate::reconciler::watch_backoff())
         .touched_objects();
     (reader, stream)
 }
@@ -322,5 +323,55 @@ mod tests {
         let generation_two = acted_on(&cm);
         cm.metadata.finalizers = Some(vec!["x".into()]);
         assert_ne!(acted_on(&cm), generation_two);
+    }
+}
+
+/// How a watch (and a controller's merged triggers) waits after an error: 0.25 s doubling up
+/// to 5 s, jittered, and back to 0.25 s after any success. kube's default grows to 30 s (and
+/// more with jitter) and forgets only after 2 minutes without an error; a controller applies
+/// it to *all* its triggers at once, so a few failed watches during API server restarts kept
+/// every VM event waiting for minutes (found by `faults_api`). A restarted API server is
+/// noticed within seconds; the price of a retry is one LIST per watch.
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+pub fn watch_backoff() -> WatchBackoff {
+    WatchBackoff { next: WATCH_BACKOFF_MIN }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = jittered(self.next);
+        self.next = (self.next * 2).min(WATCH_BACKOFF_MAX);
+        Some(wait)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_MIN;
+    }
+}
+
+#[cfg(test)]
+mod watch_backoff_tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn watch_retries_stay_within_seconds_and_start_over_after_a_success() {
+        let mut b = watch_backoff();
+        let waits: Vec<Duration> = (&mut b).take(12).collect();
+        assert!(waits[0] <= WATCH_BACKOFF_MIN && waits[0] >= WATCH_BACKOFF_MIN / 2, "{waits:?}");
+        assert!(waits.iter().all(|w| *w <= WATCH_BACKOFF_MAX), "{waits:?}");
+        assert!(waits[11] >= WATCH_BACKOFF_MAX / 2, "grows to the cap: {waits:?}");
+        b.reset();
+        assert!(b.next().unwrap() <= WATCH_BACKOFF_MIN);
     }
 }

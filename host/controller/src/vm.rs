@@ -136,12 +136,12 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             vm.metadata.managed_fields = None;
         }),
     )
-    .default_backoff()
+    .backoff(crate::reconciler::watch_backoff())
     .touched_objects()
     // Only what a reconcile acts on wakes it; its own status writes do not, except, when
     // sharded, a new placement (the VM moves to its Provider's shard, whose holder goes on).
     .predicate_filter(if ctx.shards.is_some() { acted_on_or_placed } else { acted_on_vm }, kube::runtime::PredicateConfig::default());
-    let controller = Controller::for_stream(vm_changes, store.clone());
+    let controller = Controller::for_stream(vm_changes, store.clone()).trigger_backoff(crate::reconciler::watch_backoff());
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
     let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
@@ -220,7 +220,7 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
         };
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).default_backoff().touched_objects().boxed();
+            let mut events = watcher(api, watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects().boxed();
             while let Some(m) = events.next().await {
                 let Ok(m) = m else { continue };
                 let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));

@@ -89,7 +89,7 @@ pub fn changes(ctx: &Context, resource: ApiResource) -> impl Stream<Item = Resul
     let client = ctx.client.clone();
     let api = ctx.watched_dynamic(&resource);
     futures::stream::once(async move { served(&client).await })
-        .flat_map(move |()| watcher(api.clone(), watcher::Config::default()).default_backoff().touched_objects())
+        .flat_map(move |()| watcher(api.clone(), watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects())
 }
 
 /// The CAPI owner of `kind` (`Cluster`, `Machine`) among `obj`'s owner references.

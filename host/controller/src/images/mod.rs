@@ -62,18 +62,18 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         stop.await;
         return Ok(());
     };
-    let images = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watcher::Config::default());
+    let images = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
     let images_frame = Frame::new(ctx.clone(), "vmimage", images.store(), ());
     // A Provider created or changed (not merely probed) may need the images.
     let store = images.store();
     let providers = watcher(ctx.watched::<Provider>(), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::reconciler::watch_backoff())
         .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
     // A VM going away (or moving) may release an image being deleted, or an earlier import.
     let deleting = images.store();
-    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).default_backoff().touched_objects();
+    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects();
     let images = images.watches_stream(vms, move |vm: VirtualMachine| {
         deleting
             .get(&ObjectRef::new(&vm.spec.image_ref.name))
@@ -83,7 +83,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     // An OSArtifact moving on wakes the VMImage that owns it (none are served without
     // kairos-operator's CRD: the watch then only retries, with backoff).
     let artifacts = watcher(build::os_artifacts(&ctx.client), watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::reconciler::watch_backoff())
         .touched_objects()
         .filter_map(|r| {
             let owner = r.ok().and_then(|a| a.owner_references().iter().find(|o| o.kind == "VMImage").map(|o| ObjectRef::<VMImage>::new(&o.name)));
