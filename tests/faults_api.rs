@@ -39,17 +39,11 @@ async fn acknowledged_writes_survive_a_sigkill_of_the_api_server() -> anyhow::Re
     for round in 0..rounds {
         let names: Vec<String> = (0..n).map(|i| format!("r{round}-{i}")).collect();
         // Creates, 20 at a time; every one acknowledged; then SIGKILL at once.
-        futures::stream::iter(names.iter())
-            .map(|name| {
-                let maps = maps.clone();
-                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": "1"}})).expect("configmap");
-                async move { maps.create(&PostParams::default(), &cm).await }
-            })
-            .buffer_unordered(20)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+        acknowledged(&names, |name| {
+            let (maps, cm) = (maps.clone(), serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}, "data": {"v": "1"}})));
+            async move { Ok(maps.create(&PostParams::default(), &cm?).await.map(drop)?) }
+        })
+        .await?;
         server.sigkill();
         server.restart().await?;
         let found: BTreeSet<String> = maps.list(&ListParams::default()).await?.items.iter().map(|c| c.name_any()).collect();
@@ -57,32 +51,22 @@ async fn acknowledged_writes_survive_a_sigkill_of_the_api_server() -> anyhow::Re
         let names: Vec<String> = names.into_iter().filter(|n| found.contains(n)).collect();
 
         // Updates.
-        futures::stream::iter(names.iter())
-            .map(|name| {
-                let maps = maps.clone();
-                async move { maps.patch(name, &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await }
-            })
-            .buffer_unordered(20)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+        acknowledged(&names, |name| {
+            let maps = maps.clone();
+            async move { Ok(maps.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await.map(drop)?) }
+        })
+        .await?;
         server.sigkill();
         server.restart().await?;
         let items = maps.list(&ListParams::default()).await?.items;
         lost += items.iter().filter(|c| names.contains(&c.name_any()) && c.data.as_ref().and_then(|d| d.get("v")).map(String::as_str) != Some("2")).count();
 
         // Deletes.
-        futures::stream::iter(names.iter())
-            .map(|name| {
-                let maps = maps.clone();
-                async move { maps.delete(name, &Default::default()).await }
-            })
-            .buffer_unordered(20)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+        acknowledged(&names, |name| {
+            let maps = maps.clone();
+            async move { Ok(maps.delete(&name, &Default::default()).await.map(drop)?) }
+        })
+        .await?;
         server.sigkill();
         server.restart().await?;
         let left = maps.list(&ListParams::default()).await?.items;
@@ -91,6 +75,21 @@ async fn acknowledged_writes_survive_a_sigkill_of_the_api_server() -> anyhow::Re
     println!("RELIABILITY suite=api-sigkill-acknowledged-writes iterations={rounds} faults={} writes={} lost={lost}", rounds * 3, rounds * 3 * n);
     assert_eq!(lost, 0, "acknowledged writes lost across SIGKILL");
     Ok(())
+}
+
+/// Run `write` for every name, 20 at a time, until every one was acknowledged (or one failed).
+async fn acknowledged<F, Fut>(names: &[String], write: F) -> anyhow::Result<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    futures::stream::iter(names.iter().cloned())
+        .map(write)
+        .buffer_unordered(20)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// Providers `a` and `b` on two libvirt test hosts with room for every VM of the suites.
