@@ -24,9 +24,11 @@ use crate::Context;
 /// Where a pod's service-account token is mounted (the Kubernetes auth method's JWT).
 pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
-/// Logged-in clients by server and login.
+/// Logged-in clients by server and login, each with the version of the credentials it
+/// logs in with: new credentials (a changed Secret, a rotated service-account token)
+/// replace the client, and with it any login Vault refused.
 #[derive(Default)]
-pub(crate) struct Clients(Mutex<HashMap<String, VaultClient>>);
+pub(crate) struct Clients(Mutex<HashMap<String, (String, VaultClient)>>);
 
 /// The KV v2 source of `provider`'s credentials.
 pub async fn source(ctx: &Context, provider: &Provider, creds: &CredentialsRef) -> Result<VaultKv2, GrantError> {
@@ -44,32 +46,38 @@ async fn client(ctx: &Context, provider: &Provider, creds: &CredentialsRef) -> R
         .and_then(|c| c.address.clone())
         .or_else(|| process.map(|v| v.address.clone()))
         .ok_or_else(|| GrantError::Invalid("credentialsRef is a Vault path, but names no vault.address and banlieue runs without --vault-addr".into()))?;
-    let (auth, login) = match conn.map(|c| &c.auth) {
+    let (auth, login, version) = match conn.map(|c| &c.auth) {
         None => {
             let token = process.and_then(|v| v.token.clone()).ok_or_else(|| {
                 GrantError::Invalid("credentialsRef is a Vault path without vault.auth, and banlieue has no VAULT_TOKEN".into())
             })?;
-            (VaultAuth::Token(token), "process token".to_string())
+            (VaultAuth::Token(token), "process token".to_string(), String::new())
         }
         Some(m) => match (&m.app_role, &m.kubernetes, &m.token_secret) {
             (Some(a), None, None) => {
                 let (values, version) = secret_values(ctx, &namespace, &a.secret_name, &["role-id", "secret-id"]).await?;
                 let [role_id, secret_id] = values;
                 let mount = a.mount.clone().unwrap_or_else(|| "approle".into());
-                // A new secret ID in the Secret is a new login.
-                (VaultAuth::AppRole { mount: mount.clone(), role_id, secret_id }, format!("approle {mount} {namespace}/{} @{version}", a.secret_name))
+                (VaultAuth::AppRole { mount: mount.clone(), role_id, secret_id }, format!("approle {mount} {namespace}/{}", a.secret_name), version)
             }
             (None, Some(k), None) => {
                 let jwt = std::fs::read_to_string(Path::new(SERVICE_ACCOUNT_TOKEN)).map_err(|e| {
                     GrantError::Invalid(format!("Vault Kubernetes auth needs the service-account token at {SERVICE_ACCOUNT_TOKEN}: {e}"))
                 })?;
                 let mount = k.mount.clone().unwrap_or_else(|| "kubernetes".into());
-                (VaultAuth::Kubernetes { mount: mount.clone(), role: k.role.clone(), jwt: SecretValue::new(jwt.trim()) }, format!("kubernetes {mount} {}", k.role))
+                // The kubelet rotates the token file; a client keeps the token it logged in with.
+                let version = {
+                    use std::hash::{Hash, Hasher};
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    jwt.trim().hash(&mut h);
+                    format!("{:x}", h.finish())
+                };
+                (VaultAuth::Kubernetes { mount: mount.clone(), role: k.role.clone(), jwt: SecretValue::new(jwt.trim()) }, format!("kubernetes {mount} {}", k.role), version)
             }
             (None, None, Some(name)) => {
                 let (values, version) = secret_values(ctx, &namespace, name, &["token"]).await?;
                 let [token] = values;
-                (VaultAuth::Token(token), format!("token {namespace}/{name} @{version}"))
+                (VaultAuth::Token(token), format!("token {namespace}/{name}"), version)
             }
             _ => return Err(GrantError::Invalid("credentialsRef.vault.auth must set exactly one of appRole, kubernetes, tokenSecret".into())),
         },
@@ -77,11 +85,11 @@ async fn client(ctx: &Context, provider: &Provider, creds: &CredentialsRef) -> R
     let ca_pem = conn.and_then(|c| c.ca_bundle.clone()).unwrap_or_default().into_bytes();
     let key = format!("{address} {login}");
     let mut clients = ctx.vault.0.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = clients.get(&key) {
+    if let Some((_, c)) = clients.get(&key).filter(|(v, _)| *v == version) {
         return Ok(c.clone());
     }
     let client = VaultClient::new(&address, auth, VaultOptions { ca_pem, ..Default::default() }).map_err(|e| GrantError::Invalid(e.to_string()))?;
-    clients.insert(key, client.clone());
+    clients.insert(key, (version, client.clone()));
     Ok(client)
 }
 

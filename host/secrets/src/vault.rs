@@ -7,6 +7,11 @@
 //! (the token's max TTL), or a request answers 403 because the token died (expired, revoked), the
 //! client logs in again and retries that request once. One mutex around the token state keeps
 //! concurrent callers from logging in all at once.
+//!
+//! An AppRole login Vault refused is not sent again with the same role and secret ID for
+//! [`REFUSED_LOGIN_HOLD`]: Vault locks an AppRole out after a few failed logins (5 within
+//! 15 minutes by default), and a locked-out role refuses even a good secret ID — retrying
+//! a revoked one would lock out the fix too. New credentials make a new client.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -18,6 +23,11 @@ use reqwest::{Method, StatusCode, Url};
 use zeroize::Zeroizing;
 
 use crate::{SecretError, SecretValue};
+
+/// How long an AppRole login Vault refused (4xx) is answered from memory instead of being
+/// sent again: longer than Vault's default lockout counter reset (15 minutes), so this client
+/// alone never adds up to a lockout.
+pub const REFUSED_LOGIN_HOLD: Duration = Duration::from_secs(20 * 60);
 
 /// How Vault knows who we are.
 #[derive(Clone, Debug)]
@@ -169,6 +179,8 @@ struct TokenState {
     renewable: bool,
     /// The lease a fresh token got: a renewal granting less means the max TTL is near.
     full_lease: Duration,
+    /// An AppRole login Vault refused, and when: not sent again before [`REFUSED_LOGIN_HOLD`].
+    refused: Option<(Instant, String)>,
 }
 
 impl std::fmt::Debug for VaultClient {
@@ -240,6 +252,7 @@ impl VaultClient {
                     lease: None,
                     renewable: false,
                     full_lease: Duration::ZERO,
+                    refused: None,
                 }),
                 logins: AtomicU64::new(0),
                 renewals: AtomicU64::new(0),
@@ -479,6 +492,11 @@ impl VaultClient {
 
     /// `POST /v1/auth/{mount}/login`; on success the new token replaces the old one.
     async fn log_in(&self, state: &mut TokenState) -> Result<(), SecretError> {
+        if let Some((at, message)) = &state.refused
+            && at.elapsed() < REFUSED_LOGIN_HOLD
+        {
+            return Err(SecretError::Denied(message.clone()));
+        }
         let (mount, body) = match &self.inner.auth {
             VaultAuth::Token(_) => return self.adopt_static_token(state).await,
             VaultAuth::AppRole {
@@ -513,16 +531,25 @@ impl VaultClient {
             .await?;
         drop(body);
         if !status.is_success() {
-            let message = format!(
+            let mut message = format!(
                 "{what} failed: HTTP {}{}",
                 status.as_u16(),
                 self.errors_suffix(&answer)
             );
-            return Err(if is_server_side(status) {
-                SecretError::Unavailable(message)
-            } else {
-                SecretError::Denied(message)
-            });
+            if is_server_side(status) {
+                return Err(SecretError::Unavailable(message));
+            }
+            if let VaultAuth::AppRole { .. } = &self.inner.auth {
+                if status == StatusCode::FORBIDDEN {
+                    message += " (Vault also answers so while the AppRole is locked out after repeated failed logins)";
+                }
+                message += &format!(
+                    "; not tried again with this secret ID for {} minutes, so that retries do not lock the AppRole out",
+                    REFUSED_LOGIN_HOLD.as_secs() / 60
+                );
+                state.refused = Some((sent, message.clone()));
+            }
+            return Err(SecretError::Denied(message));
         }
         let lease = parse_auth(&answer).ok_or_else(|| {
             SecretError::Invalid(format!("{what}: the answer has no client token"))
@@ -533,6 +560,7 @@ impl VaultClient {
         state.lease = (lease.lease > 0).then(|| Duration::from_secs(lease.lease));
         state.renewable = lease.renewable;
         state.full_lease = Duration::from_secs(lease.lease);
+        state.refused = None;
         self.inner.logins.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -432,6 +432,49 @@ async fn refused_logins_are_denied() {
     assert_eq!(client.logins(), 1);
 }
 
+/// Vault locks an AppRole out after a few failed logins (5 by default), and then refuses even
+/// a good secret ID. A client whose login was refused does not send it again, so however often
+/// it is asked, the role's next good secret ID still logs in.
+#[tokio::test]
+async fn a_refused_approle_login_is_not_repeated_into_a_lockout() {
+    let bao = start().await;
+    bao.put_kv2("secret", "providers/vsphere", &[("password", PASSWORD)])
+        .await
+        .unwrap();
+    bao.enable_approle().await.unwrap();
+    bao.write_policy("providers-read", PROVIDERS_READ)
+        .await
+        .unwrap();
+    let (role_id, secret_id) = bao
+        .create_approle("banlieue", &["providers-read"], 0)
+        .await
+        .unwrap();
+    bao.destroy_secret_id("banlieue", &secret_id).await.unwrap();
+    let revoked = approle(&bao, &role_id, &secret_id);
+    let vault = source(&revoked, "providers/vsphere");
+    let mut messages = Vec::new();
+    for _ in 0..12 {
+        let err = error(vault.get("password").await, &[&role_id, &secret_id]);
+        assert!(matches!(err, SecretError::Denied(_)), "{err:?}");
+        messages.push(err.to_string());
+    }
+    assert!(
+        messages[0].contains("invalid role or secret ID") && messages[0].contains("not tried again"),
+        "says what Vault said and that it is not retried: {}",
+        messages[0]
+    );
+    assert!(messages.iter().all(|m| *m == messages[0]), "the same answer each time: {messages:?}");
+
+    // Vault saw one failed login, not twelve: a fresh secret ID logs in.
+    let fresh = bao.new_secret_id("banlieue").await.unwrap();
+    let fixed = approle(&bao, &role_id, &fresh);
+    assert_eq!(
+        source(&fixed, "providers/vsphere").get("password").await.unwrap().expose(),
+        PASSWORD
+    );
+    assert_eq!(fixed.logins(), 1);
+}
+
 #[tokio::test]
 async fn kv1_mount_is_invalid() {
     let bao = start().await;
