@@ -16,7 +16,7 @@ use banlieue_api::{VirtualMachine, VirtualMachinePool};
 use banlieue_libvirt::Libvirt;
 use banlieue_tests::apiserver::ApiServerProcess;
 use banlieue_tests::control::{apply, libvirt_fixtures, libvirt_test_node, ControlPlane};
-use banlieue_tests::faults::{iterations, Rng, Tally};
+use banlieue_tests::faults::{iterations, ready_vms, MadeFor, Rng, Tally};
 use banlieue_tests::TestEnv;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -111,46 +111,20 @@ fn pool(env: &TestEnv, name: &str, replicas: usize) -> serde_json::Value {
                                  "spec": {"classRef": {"name": format!("{}-small", env.ns)}, "imageRef": {"name": format!("{}-debian", env.ns)}}}}})
 }
 
-/// What the backends hold against what is declared, and how many backend VMs were made again.
-#[derive(Debug, Default)]
-struct Census {
-    /// VM name → the Machine UID its backend VM was first made for.
-    made_for: BTreeMap<String, String>,
-}
-
-impl Census {
-    /// Whether the namespace has converged on `declared` (VM names): every VM Ready, and the
-    /// libvirt hosts hold exactly one domain per declared VM, the one of its current Machine.
-    /// Counts into `tally` the backend VMs made a second time (a new Machine UID for a VM).
-    async fn converged(&mut self, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally) -> anyhow::Result<bool> {
-        let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-        let listed = vms.list(&ListParams::default()).await?.items;
-        let ready: BTreeMap<String, String> = listed
-            .iter()
-            .filter(|v| v.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-            .filter_map(|v| Some((v.name_any(), v.status.as_ref()?.infrastructure_ref.as_ref()?.uid.clone()?)))
-            .collect();
-        let domains = domains(env, hosts).await?;
-        for (name, uids) in &domains {
-            if let (Some(first), Some(now)) = (self.made_for.get(name), ready.get(name))
-                && first != now
-                && uids.contains(now)
-            {
-                tally.duplicated += 1;
-                self.made_for.insert(name.clone(), now.clone());
-            }
-        }
-        let done = listed.len() == declared.len()
-            && declared.iter().all(|n| ready.contains_key(n))
-            && domains.len() == declared.len()
-            && domains.iter().all(|(n, uids)| uids.len() == 1 && ready.get(n).is_some_and(|u| uids[0] == *u));
-        if done {
-            for (n, u) in ready {
-                self.made_for.entry(n).or_insert(u);
-            }
-        }
-        Ok(done)
+/// Whether the namespace has converged on `declared` (VM names): every VM Ready, and the
+/// libvirt hosts hold exactly one domain per declared VM, the one of its current Machine.
+/// Counts into `tally` the backend VMs made a second time (a new Machine UID for a VM).
+async fn converged(made: &mut MadeFor, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally) -> anyhow::Result<bool> {
+    let (listed, ready) = ready_vms(env).await?;
+    let domains = domains(env, hosts).await?;
+    let done = listed == declared.len()
+        && declared.iter().all(|n| ready.contains_key(n))
+        && domains.len() == declared.len()
+        && domains.iter().all(|(n, uids)| uids.len() == 1 && ready.get(n).is_some_and(|vm| uids[0] == vm.machine_uid));
+    if done {
+        made.record(&ready, tally);
     }
+    Ok(done)
 }
 
 /// The test namespace's domains on every host: VM name → domain UUIDs (the Machine UIDs).
@@ -167,14 +141,17 @@ async fn domains(env: &TestEnv, hosts: &[Libvirt]) -> anyhow::Result<BTreeMap<St
     Ok(found)
 }
 
+/// The bound on any convergence after a fault (a failure beyond it, not a figure).
+const CONVERGE_WITHIN: Duration = Duration::from_secs(300);
+
 /// Wait (bounded) until the namespace converges on `declared`; the time it took.
-async fn converge(census: &mut Census, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally, what: &str) -> anyhow::Result<Duration> {
+async fn converge(made: &mut MadeFor, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally, what: &str) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if census.converged(env, hosts, declared, tally).await? {
+        if converged(made, env, hosts, declared, tally).await? {
             return Ok(started.elapsed());
         }
-        if started.elapsed() > Duration::from_secs(120) {
+        if started.elapsed() > CONVERGE_WITHIN {
             let d = domains(env, hosts).await?;
             let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
             let states: Vec<String> = vms
@@ -190,7 +167,7 @@ async fn converge(census: &mut Census, env: &TestEnv, hosts: &[Libvirt], declare
             let maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
             let probe: ConfigMap = serde_json::from_value(json!({"metadata": {"generateName": "probe-"}}))?;
             let write = tokio::time::timeout(Duration::from_secs(5), maps.create(&PostParams::default(), &probe)).await;
-            anyhow::bail!("{what}: not converged within 120 s on {} declared VMs; libvirt holds {d:?}; VMs: {states:#?}; a write now: {write:?}", declared.len());
+            anyhow::bail!("{what}: not converged within {CONVERGE_WITHIN:?} on {} declared VMs; libvirt holds {d:?}; VMs: {states:#?}; a write now: {write:?}", declared.len());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -216,36 +193,39 @@ async fn sigkill_during(server: &mut ApiServerProcess, rng: &mut Rng, act: impl 
 }
 
 /// Apply `object`, retrying (bounded) while the server is down.
-async fn apply_retrying(env: &TestEnv, object: serde_json::Value) -> anyhow::Result<()> {
+/// `request`, repeated every 0.1 s while it fails (the server is down or restarting), for at
+/// most a minute.
+async fn retrying<F, Fut>(mut request: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
     let started = Instant::now();
     loop {
-        match apply(&env.client, object.clone()).await {
-            Ok(()) => return Ok(()),
-            Err(e) if started.elapsed() < Duration::from_secs(60) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(e),
+        match request().await {
+            Err(_) if started.elapsed() < Duration::from_secs(60) => tokio::time::sleep(Duration::from_millis(100)).await,
+            done => return done,
         }
     }
 }
 
+async fn apply_retrying(env: &TestEnv, object: serde_json::Value) -> anyhow::Result<()> {
+    retrying(|| apply(&env.client, object.clone())).await
+}
+
+/// Delete `name`; already gone (an earlier try went through before a kill) is done too.
 async fn delete_retrying<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let started = Instant::now();
-    loop {
+    retrying(|| async {
         match api.delete(name, &Default::default()).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) if started.elapsed() < Duration::from_secs(60) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(e.into()),
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
         }
-    }
+    })
+    .await
 }
 
 /// The server SIGKILLed at a random moment of creates, of a pool scale and of deletes; each
@@ -260,7 +240,7 @@ async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Res
     let hosts = two_hosts(&env, &cp).await?;
     let mut rng = Rng::seeded("api-sigkill-control-plane", 0x16_0001);
     let mut tally = Tally::new("api-sigkill-control-plane");
-    let mut census = Census::default();
+    let mut made = MadeFor::default();
     let (rounds, per_round, members) = (iterations(2, 10), 6, 8);
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
@@ -276,7 +256,7 @@ async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Res
         .await?;
         tally.faults += 1;
         let mut declared: BTreeSet<String> = names.iter().cloned().collect();
-        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "creates").await?;
+        let took = converge(&mut made, &env, &hosts, &declared, &mut tally, "creates").await?;
         tally.converge.push(took);
 
         // A pool scaled out.
@@ -284,7 +264,7 @@ async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Res
         sigkill_during(&mut server, &mut rng, apply_retrying(&env, pool(&env, &p, members))).await?;
         tally.faults += 1;
         declared.extend((0..members).map(|i| format!("{p}-{i}")));
-        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "pool scale").await?;
+        let took = converge(&mut made, &env, &hosts, &declared, &mut tally, "pool scale").await?;
         tally.converge.push(took);
 
         // Deletes: the VMs and the pool (its members go with it).
@@ -297,7 +277,7 @@ async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Res
         .await?;
         tally.faults += 1;
         declared.clear();
-        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "deletes").await?;
+        let took = converge(&mut made, &env, &hosts, &declared, &mut tally, "deletes").await?;
         tally.converge.push(took);
         tally.leaked += domains(&env, &hosts).await?.len();
         tally.iterations += 1;
@@ -336,7 +316,7 @@ async fn watch_expiry_storms_during_a_pool_scale_cost_no_duplicate_backend_vms()
     let hosts = two_hosts(&env, &cp).await?;
     let mut rng = Rng::seeded("watch-expiry-storm", 0x16_0002);
     let mut tally = Tally::new("watch-expiry-storm");
-    let mut census = Census::default();
+    let mut made = MadeFor::default();
     let (rounds, members) = (iterations(1, 3), iterations(30, 200));
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     for round in 0..rounds {
@@ -344,34 +324,25 @@ async fn watch_expiry_storms_during_a_pool_scale_cost_no_duplicate_backend_vms()
         let p = format!("storm-{round}");
         apply(&env.client, pool(&env, &p, members)).await?;
         let declared: BTreeSet<String> = (0..members).map(|i| format!("{p}-{i}")).collect();
-        let storm = |rng: &mut Rng, tally: &mut Tally| -> anyhow::Result<Duration> {
+        // A storm of fixed length over the scale-out, then the time from its last expiry until
+        // the backends hold the pool.
+        let storm_for = Duration::from_secs(iterations(6, 20) as u64);
+        let started = Instant::now();
+        while started.elapsed() < storm_for {
             tally.faults += 1;
             server.expire_watches()?;
-            Ok(Duration::from_millis(rng.between(100, 600)))
-        };
-        // Storm until the backends hold the pool; then time the convergence after the last one.
-        let mut next = storm(&mut rng, &mut tally)?;
-        let started = Instant::now();
-        loop {
-            tokio::time::sleep(next).await;
-            if census.converged(&env, &hosts, &declared, &mut tally).await? {
-                break;
-            }
-            anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "scale-out did not converge under the storm in 300 s");
-            if started.elapsed() < Duration::from_secs(20) || rng.between(0, 2) == 0 {
-                next = storm(&mut rng, &mut tally)?;
-            }
+            tokio::time::sleep(Duration::from_millis(rng.between(100, 600))).await;
         }
-        server.expire_watches()?;
         tally.faults += 1;
-        let took = converge(&mut census, &env, &hosts, &declared, &mut tally, "scale-out after the storm").await?;
+        server.expire_watches()?;
+        let took = converge(&mut made, &env, &hosts, &declared, &mut tally, "scale-out after the storm").await?;
         tally.converge.push(took);
         let created = driver_calls(&cp, "create") - creates;
 
         pools.delete(&p, &Default::default()).await?;
         let none = BTreeSet::new();
         let started = Instant::now();
-        while !census.converged(&env, &hosts, &none, &mut tally).await? {
+        while !converged(&mut made, &env, &hosts, &none, &mut tally).await? {
             anyhow::ensure!(started.elapsed() < Duration::from_secs(300), "deletion did not converge under the storm in 300 s");
             tally.faults += 1;
             server.expire_watches()?;

@@ -103,6 +103,19 @@ impl Backend {
         move |r: &Request| if vsphere { r.op.as_deref() == Some("CloneVM_Task") } else { r.method == "POST" && r.path.ends_with("/clone") }
     }
 
+    /// A test of whether a request polls a task's state (PVE's task status, vim25's
+    /// `RetrievePropertiesEx` of `info.state`), for rules.
+    fn is_task_poll(&self) -> impl Fn(&Request) -> bool + Send + Sync + Copy + 'static {
+        let vsphere = matches!(self, Backend::VSphere(_));
+        move |r: &Request| {
+            if vsphere {
+                r.op.as_deref() == Some("RetrievePropertiesEx") && r.body.windows(10).any(|w| w == b"info.state")
+            } else {
+                r.method == "GET" && r.path.contains("/tasks/") && r.path.ends_with("/status")
+            }
+        }
+    }
+
     fn seen_clone(&self, s: &Seen) -> bool {
         match self {
             Backend::VSphere(_) => s.op.as_deref() == Some("CloneVM_Task"),
@@ -199,6 +212,7 @@ impl Sick {
         wait_for(&self.vms, name, 120, "Ready after the fault cleared", is_ready).await?;
         let count = self.backend.count(&self.env, name).await?;
         self.tally.converge.push(cleared.elapsed());
+        println!("{}: {name} Ready with {count} backend VM(s) {:.2} s after the fault cleared", self.backend.label(), cleared.elapsed().as_secs_f64());
         if count != 1 {
             eprintln!("{}: {name} has {count} backend VMs: {:?}", self.backend.label(), self.backend.names().await?);
         }
@@ -218,6 +232,21 @@ impl Sick {
         }
         self.tally.leaked += left;
         Ok(())
+    }
+
+    /// VM destructions so far: PVE's own `qmdestroy` tasks on every node; for vSphere
+    /// (vcsim keeps no task history) the `Destroy_Task` calls that reached it.
+    async fn destroys(&self) -> anyhow::Result<usize> {
+        Ok(match &self.backend {
+            Backend::VSphere(_) => self.proxy.log().iter().filter(|r| r.op.as_deref() == Some("Destroy_Task")).count(),
+            Backend::Proxmox(pve) => {
+                let mut n = 0;
+                for node in ["pve1", "pve2"] {
+                    n += pve.tasks(node).await?.iter().filter(|t| t["type"] == "qmdestroy").count();
+                }
+                n
+            }
+        })
     }
 
     async fn nudge(&self, value: &str) -> anyhow::Result<()> {
@@ -406,6 +435,38 @@ async fn forward_then_fail(s: &mut Sick, i: usize) -> anyhow::Result<()> {
     s.delete(&name).await
 }
 
+/// The clone goes through but the first poll of its task answers 503: how the clone ended is
+/// unknown, so the VM it made must be kept and adopted on the retry — cloned once, never
+/// destroyed (the Proxmox driver used to destroy it as a failed clone, and clone again).
+async fn lost_task_poll(s: &mut Sick, i: usize) -> anyhow::Result<()> {
+    let name = format!("lost-poll-{i}");
+    // 0: before the clone; 1: the next task poll fails; 2: after it.
+    let step = Arc::new(AtomicUsize::new(0));
+    let (is_clone, is_task_poll) = (s.backend.is_clone(), s.backend.is_task_poll());
+    let st = step.clone();
+    s.proxy.set(move |r| {
+        if is_clone(r) {
+            let _ = st.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+            Fault::Pass
+        } else if is_task_poll(r) && st.compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            Fault::Status(503)
+        } else {
+            Fault::Pass
+        }
+    });
+    let destroys_before = s.destroys().await?;
+    s.apply_vm(&name).await?;
+    let cleared = Instant::now();
+    s.converge(&name, cleared).await?;
+    assert_eq!(step.load(Ordering::SeqCst), 2, "{}: the clone's task poll was failed", s.backend.label());
+    let vm_name = s.backend.vm_name(&s.env, &name);
+    let clones = clone_attempts(s, &vm_name).len();
+    assert_eq!(clones, 1, "{}: {name}: one clone, the VM it made adopted after the lost poll", s.backend.label());
+    assert_eq!(s.destroys().await?, destroys_before, "{}: no VM was destroyed meanwhile", s.backend.label());
+    s.proxy.clear();
+    s.delete(&name).await
+}
+
 async fn sick_backend(mut s: Sick, short: usize, full: usize) -> anyhow::Result<()> {
     let before = s.backend.names().await?.len();
     let n = iterations(short, full);
@@ -415,6 +476,7 @@ async fn sick_backend(mut s: Sick, short: usize, full: usize) -> anyhow::Result<
         resets_mid_task(&mut s, i).await?;
         slow_answers(&mut s, i).await?;
         forward_then_fail(&mut s, i).await?;
+        lost_task_poll(&mut s, i).await?;
         timeouts(&mut s, i).await?;
     }
     let after = s.backend.names().await?.len();

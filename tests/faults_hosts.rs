@@ -19,7 +19,7 @@ use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{proxmox_fixtures, vm, vm_class, vsphere_fixtures, Names, PveEndpoint, PVE, VCENTER};
 use banlieue_tests::control::{apply, guests_dist};
-use banlieue_tests::faults::{iterations, Rng, Tally};
+use banlieue_tests::faults::{iterations, ready_vms, MadeFor, Rng, Tally};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
@@ -108,43 +108,18 @@ async fn backend_vms(env: &TestEnv, vc: &Vcsim, pve: &FakePve) -> anyhow::Result
 /// The declared state: VM name → the Provider it must be on.
 type Declared = BTreeMap<String, &'static str>;
 
-/// First Machine UID each VM was made for: a later, different one means its backend VM was
-/// made a second time.
-#[derive(Default)]
-struct MadeFor(BTreeMap<String, String>);
-
 /// Whether the backends hold exactly `declared` (each VM once, on its Provider, nothing else)
 /// and every declared VM is Ready there; counts remade backend VMs into `tally`.
 async fn converged(env: &TestEnv, vc: &Vcsim, pve: &FakePve, declared: &Declared, made: &mut MadeFor, tally: &mut Tally) -> anyhow::Result<bool> {
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let listed = vms.list(&ListParams::default()).await?.items;
-    let ready: BTreeMap<String, (String, String)> = listed
-        .iter()
-        .filter(|v| v.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-        .filter_map(|v| {
-            let s = v.status.as_ref()?;
-            Some((v.name_any(), (s.scheduled.as_ref()?.provider.clone(), s.infrastructure_ref.as_ref()?.uid.clone()?)))
-        })
-        .collect();
+    let (listed, ready) = ready_vms(env).await?;
     let (on_vsphere, on_proxmox) = backend_vms(env, vc, pve).await?;
-    let done = listed.len() == declared.len()
-        && declared.iter().all(|(n, p)| ready.get(n).is_some_and(|(at, _)| at == p))
+    let done = listed == declared.len()
+        && declared.iter().all(|(n, p)| ready.get(n).is_some_and(|vm| vm.provider == *p))
         && on_vsphere.iter().all(|(n, c)| *c == 1 && declared.get(n) == Some(&VCENTER))
         && on_proxmox.iter().all(|(n, c)| *c == 1 && declared.get(n) == Some(&PVE))
         && on_vsphere.len() + on_proxmox.len() == declared.len();
     if done {
-        for (name, (_, uid)) in ready {
-            match made.0.get(&name) {
-                Some(first) if *first != uid => {
-                    tally.duplicated += 1;
-                    made.0.insert(name, uid);
-                }
-                Some(_) => {}
-                None => {
-                    made.0.insert(name, uid);
-                }
-            }
-        }
+        made.record(&ready, tally);
     }
     Ok(done)
 }
@@ -213,7 +188,7 @@ async fn sigkilled_at_random_moments_banlieue_leaves_each_declared_vm_once_and_n
             "providerRef": {"name": PVE}, "failureDomainSelector": {"matchLabels": {"banlieue.io/failure-domain": "pve1"}}}}})))
             .await?;
         declared.insert(swap.clone(), PVE);
-        made.0.remove(&swap);
+        made.forget(Some(&swap));
         kill_during(&mut banlieue, &mut rng, Duration::from_secs(4)).await?;
         tally.faults += 1;
         let took = converge(&env, &vc, &pve, &declared, &mut made, &mut tally, "swap").await?;
@@ -229,7 +204,7 @@ async fn sigkilled_at_random_moments_banlieue_leaves_each_declared_vm_once_and_n
         tally.converge.push(took);
         let (v, p) = backend_vms(&env, &vc, &pve).await?;
         tally.leaked += v.len() + p.len();
-        made.0.clear();
+        made.forget(None);
         tally.iterations += 1;
     }
     println!("killed-hosts: banlieue started {} times", banlieue.starts);

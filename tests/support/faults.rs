@@ -3,7 +3,14 @@
 //! ("Reliability"): iterations, faults injected, backend VMs leaked and duplicated, and the
 //! time to converge after each fault cleared.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use banlieue_api::VirtualMachine;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+
+use crate::TestEnv;
 
 /// Set by `make faults`: run every suite's full iteration count.
 pub const FULL_ENV: &str = "BANLIEUE_FAULTS_FULL";
@@ -48,6 +55,57 @@ impl Tally {
             self.converge.len()
         );
         assert_eq!((self.leaked, self.duplicated), (0, 0), "{}: backend VMs leaked / duplicated", self.suite);
+    }
+}
+
+/// A VM Ready now: the Provider it is scheduled on and its Machine's UID (which names its
+/// backend VM: a new UID is a new backend VM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadyVm {
+    pub provider: String,
+    pub machine_uid: String,
+}
+
+/// How many VMs the test namespace holds, and those Ready, by name.
+pub async fn ready_vms(env: &TestEnv) -> anyhow::Result<(usize, BTreeMap<String, ReadyVm>)> {
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let listed = vms.list(&ListParams::default()).await?.items;
+    let ready = listed
+        .iter()
+        .filter(|v| v.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+        .filter_map(|v| {
+            let s = v.status.as_ref()?;
+            let provider = s.scheduled.as_ref().map(|p| p.provider.clone()).unwrap_or_default();
+            Some((v.name_any(), ReadyVm { provider, machine_uid: s.infrastructure_ref.as_ref()?.uid.clone()? }))
+        })
+        .collect();
+    Ok((listed.len(), ready))
+}
+
+/// The Machine UID each VM's backend VM was first made for: the same VM converged later on
+/// another one had its backend VM made a second time.
+#[derive(Debug, Default)]
+pub struct MadeFor(BTreeMap<String, String>);
+
+impl MadeFor {
+    /// The VMs of a converged state; each remade one counts as duplicated in `tally`.
+    pub fn record(&mut self, converged: &BTreeMap<String, ReadyVm>, tally: &mut Tally) {
+        for (name, vm) in converged {
+            match self.0.insert(name.clone(), vm.machine_uid.clone()) {
+                Some(first) if first != vm.machine_uid => tally.duplicated += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Forget VM `name` (about to be remade on purpose, as a swap does), or every VM (`None`).
+    pub fn forget(&mut self, name: Option<&str>) {
+        match name {
+            Some(n) => {
+                self.0.remove(n);
+            }
+            None => self.0.clear(),
+        }
     }
 }
 

@@ -17,7 +17,7 @@
 //! | `huge-domain` | one failure domain whose name and backend version are 8 MiB each |
 //! | `bad-labels` | one failure domain with 5,000 labels whose keys are not label keys |
 //! | `alias-N` | N failure domains whose names all point at one 32 MiB string in guest memory (the host copies each) |
-//! | `hang` | a good probe and `create`; then `describe` blocks on the endpoint (a blackholed address) until the host's request timeout, as a backend that stopped answering |
+//! | `hang` | a good probe and `create` (a machine still powering on, so the host looks again soon); then `describe` blocks on the endpoint (a blackholed address) until the host's request timeout, as a backend that stopped answering |
 //! | `huge-status` | a good probe; `create`/`describe` return an 8 MiB provider ID and message |
 //! | `bad-addresses` | a good probe; machines have 5,000 addresses that are not IPs |
 //! | `bad-conditions` | a good probe; machines report 1,000 conditions with invalid types and reasons |
@@ -66,6 +66,8 @@ fn machine_status(what: &str) -> MachineStatus {
         phase: MachinePhase::Running,
     };
     match what {
+        // Still on its way: the host looks again within seconds, and each look describes.
+        "hang" => st.phase = MachinePhase::PoweringOn,
         "huge-status" => {
             st.provider_id = "x".repeat(8 * MIB);
             st.conditions = vec![Condition {

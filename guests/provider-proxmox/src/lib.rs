@@ -596,7 +596,9 @@ impl Driver for Proxmox {
                 }
                 Err(e) => return Err(e.context(format_args!("cloning template {template_vmid}"))),
             };
-            match pve.wait_task(&upid, CLONE_TIMEOUT_MS, &format!("cloning template {template_vmid} to VM {newid}")) {
+            // Only a clone PVE says failed is cleaned up: one whose end could not be learnt (a
+            // poll failed, still running) may succeed, and the next create finds it by its UID.
+            match pve.task_outcome(&upid, CLONE_TIMEOUT_MS, &format!("cloning template {template_vmid} to VM {newid}"))? {
                 Ok(()) => {
                     created = Some(newid);
                     break;
@@ -605,7 +607,6 @@ impl Driver for Proxmox {
                     last = e.message().to_string();
                     continue;
                 }
-                Err(e) if e.is_retryable() && e.message().contains("still running") => return Err(e),
                 Err(e) => {
                     clean_up(&pve, machine, &vm_name, newid);
                     return Err(e);

@@ -159,16 +159,23 @@ impl Pve {
 
     /// Wait for a task to end; a failed task is an error carrying PVE's exit status.
     pub fn wait_task(&self, upid: &str, timeout_ms: u64, what: &str) -> Result<()> {
+        self.task_outcome(upid, timeout_ms, what)?
+    }
+
+    /// How a task ended: `Ok(Err(…))` when PVE says it failed, with its exit status; `Err(…)`
+    /// when that could not be learnt (a status poll failed, or the task still runs at the
+    /// timeout) — the task may still succeed, so whatever it makes must not be undone.
+    pub fn task_outcome(&self, upid: &str, timeout_ms: u64, what: &str) -> Result<Result<()>> {
         let node = api::upid_node(upid)?;
         let path = format!("/nodes/{}/tasks/{}/status", api::encode(node), api::encode(upid));
         let mut state = api::TaskState::Running;
         banlieue_sdk::time::wait_until(timeout_ms, TASK_POLL_MS, || {
-            state = api::task_state(&self.get(&path)?);
+            state = api::task_state(&self.get(&path).map_err(|e| e.context(format_args!("{what}: polling its task")))?);
             Ok(state != api::TaskState::Running)
         })?;
         match state {
-            api::TaskState::Ok => Ok(()),
-            api::TaskState::Failed(exit) => Err(api::task_error(what, &exit)),
+            api::TaskState::Ok => Ok(Ok(())),
+            api::TaskState::Failed(exit) => Ok(Err(api::task_error(what, &exit))),
             api::TaskState::Running => {
                 Err(Error::Unavailable(format!("{what}: task {upid} still running after {} s", timeout_ms / 1000)))
             }

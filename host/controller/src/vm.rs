@@ -71,7 +71,8 @@ impl State {
         let (Some(uid), mut unseen) = (vm.uid(), self.unseen.lock().unwrap_or_else(|e| e.into_inner())) else { return false };
         let Some((recorded, at)) = unseen.get(&uid) else { return false };
         // A watch catches up in milliseconds; past the bound, the cache is what it is.
-        if vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) == Some(recorded) || at.elapsed() > STALE_CACHE_BOUND {
+        let seen = vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, recorded));
+        if seen || at.elapsed() > STALE_CACHE_BOUND {
             unseen.remove(&uid);
             return false;
         }
@@ -93,6 +94,7 @@ impl State {
     }
 
     /// Every cached VM, with the decisions this process made but the cache does not show yet.
+    /// (`image` is filled in after the decision, so a cached copy may differ from it there.)
     fn placed_vms(&self) -> Vec<Arc<VirtualMachine>> {
         let mut vms = self.vms.state();
         let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,7 +104,7 @@ impl State {
         }
         for vm in &mut vms {
             let Some((scheduled, _)) = vm.uid().and_then(|uid| unseen.get(&uid)) else { continue };
-            if vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) != Some(scheduled) {
+            if !vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, scheduled)) {
                 let mut assumed = VirtualMachine::clone(vm);
                 assumed.status.get_or_insert_with(Default::default).scheduled = Some(scheduled.clone());
                 *vm = Arc::new(assumed);
@@ -696,6 +698,12 @@ impl<'a> Reconcile<'a> {
         status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
         Ok(())
     }
+}
+
+/// Whether two placements are the same decision: where, and with which storage and networks.
+/// The image it is made from is recorded after the decision, so it is not part of it.
+fn same_decision(a: &Scheduled, b: &Scheduled) -> bool {
+    (&a.provider, &a.provider_class, &a.failure_domain, &a.storage, &a.networks) == (&b.provider, &b.provider_class, &b.failure_domain, &b.storage, &b.networks)
 }
 
 /// `PlacementValid`'s message while the placement holds.
