@@ -14,6 +14,8 @@ use futures::{Stream, StreamExt};
 use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::runtime::{watcher, WatchStreamExt};
 
+use crate::reconciler::Retried;
+
 /// The API resource of `<prefix>Machine`.
 pub fn machine_resource(prefix: &str) -> ApiResource {
     let gvk = GroupVersionKind::gvk(INFRA_GROUP, banlieue_api::VERSION, &format!("{prefix}Machine"));
@@ -31,7 +33,7 @@ pub fn watch(client: kube::Client) -> impl Stream<Item = String> + Send {
     let classes: Api<ProviderClass> = Api::all(client);
     let mut seen = HashSet::new();
     watcher(classes, watcher::Config::default())
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .applied_objects()
         .filter_map(move |class| {
             let new = match class {

@@ -14,14 +14,13 @@ use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::components::{LoadError, Loaded};
 use crate::conditions::{self, READY, VERIFIED};
 use crate::reasons::Reason;
-use crate::reconciler::{Frame, Outcome};
+use crate::reconciler::{cached, Frame, Outcome};
 use crate::{Context, Error, FIELD_MANAGER};
 
 /// One frame per kind the operator reconciles.
@@ -33,8 +32,10 @@ struct Frames {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (stop_a, stop_b) = split(stop);
-    let classes = Controller::new(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
-    let policies = Controller::new(Api::<PlacementPolicy>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
+    let (store, changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
+    let classes = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
+    let (store, changes) = cached(Api::<PlacementPolicy>::all(ctx.client.clone()));
+    let policies = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
     let frames = Arc::new(Frames {
         ctx: ctx.clone(),
         classes: Frame::new(ctx.clone(), "providerclass", classes.store(), ()),

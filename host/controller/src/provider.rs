@@ -23,12 +23,12 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, READY};
-use crate::reconciler::{Frame, Outcome};
+use crate::reconciler::{Frame, Outcome, Retried};
 use crate::{Context, Error};
 
 /// How often a healthy Provider is probed again, by default (`Options::probe_interval`).
@@ -46,8 +46,8 @@ struct Probes {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let controller = Controller::new(ctx.watched::<Provider>(), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
-    let store = controller.store();
+    let (store, changes) = crate::reconciler::cached(ctx.watched::<Provider>());
+    let controller = Controller::for_stream(changes, store.clone()).trigger_backoff(crate::reconciler::PerWatch);
     let probes = Arc::new(Probes {
         ctx: ctx.clone(),
         frame: Frame::new(ctx.clone(), "provider", store.clone(), ()).sharded_by(crate::key),
@@ -55,7 +55,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         refused: Mutex::default(),
     });
     controller
-        .watches(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default(), move |class| {
+        .watches_stream(watcher(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default()).retried().touched_objects(), move |class| {
             let name = class.name_any();
             store
                 .state()

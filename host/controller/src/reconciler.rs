@@ -146,11 +146,11 @@ pub fn dynamic_controller(
         writer,
         watcher(ctx.watched_dynamic(resource), config).modify(|o| o.metadata.managed_fields = None),
     )
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .touched_objects()
         .predicate_filter(acted_on_infra, kube::runtime::PredicateConfig::default());
     let controller = kube::runtime::Controller::for_stream_with(changes, store.clone(), resource.clone())
-        .trigger_backoff(watch_backoff())
+        .trigger_backoff(PerWatch)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .reconcile_all_on(shard_gains(ctx));
     let frame = Frame::new(ctx.clone(), name, store.clone(), resource.clone()).sharded_by(crate::key);
@@ -175,7 +175,7 @@ where
     use kube::runtime::{watcher, WatchStreamExt};
     let (reader, writer) = kube::runtime::reflector::store();
     let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .touched_objects();
     (reader, stream)
 }
@@ -326,12 +326,12 @@ mod tests {
     }
 }
 
-/// How a watch (and a controller's merged triggers) waits after an error: 0.25 s doubling up
-/// to 5 s, jittered, and back to 0.25 s after any success. kube's default grows to 30 s (and
-/// more with jitter) and forgets only after 2 minutes without an error; a controller applies
-/// it to *all* its triggers at once, so a few failed watches during API server restarts kept
-/// every VM event waiting for minutes (found by `faults_api`). A restarted API server is
-/// noticed within seconds; the price of a retry is one LIST per watch.
+/// How a watch waits after an error: 0.25 s doubling up to 5 s, jittered, and back to 0.25 s
+/// after any success. kube's default grows to 30 s (and more with jitter) and forgets only
+/// after 2 minutes without an error; a controller applies it to *all* its triggers at once, so
+/// a few failed watches during API server restarts kept every VM event waiting for minutes
+/// (found by `faults_api`). A restarted API server is noticed within seconds; the price of a
+/// retry is one LIST per watch. Applied to each watch on its own by [`Retried::retried`].
 pub struct WatchBackoff {
     next: Duration,
 }
@@ -359,10 +359,95 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// Every watch stream banlieue reads goes through [`Retried::retried`]: its errors are waited
+/// on with [`watch_backoff`], by that watch alone, except a `410 Gone`. A 410 is the API
+/// server's routine "list again" (after its restart, or when a watch fell behind its
+/// history): the watcher has already dropped its resourceVersion, and waiting before the list
+/// only delays every event behind it. Backing off a 410 as an error kept a controller's
+/// triggers paused for seconds after each API server restart (up to 20 s in `faults_api`).
+/// A 410 within [`ROUTINE_EXPIRY`] of the last one is waited on like any error, so a server
+/// answering 410 to every watch is not listed in a loop.
+pub trait Retried<T: Send>: futures::Stream<Item = Result<T, kube::runtime::watcher::Error>> + Send + Sized {
+    fn retried(self) -> impl futures::Stream<Item = Result<T, kube::runtime::watcher::Error>> + Send {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        self.filter(waited_on()).backoff(watch_backoff())
+    }
+}
+
+/// The filter of [`Retried::retried`]: whether an item goes on to the backoff — all but a
+/// `410 Gone` less than [`ROUTINE_EXPIRY`] after the last.
+fn waited_on<T>() -> impl FnMut(&Result<T, kube::runtime::watcher::Error>) -> std::future::Ready<bool> + Send {
+    let mut last_expiry: Option<Instant> = None;
+    move |item| {
+        let expired = matches!(item, Err(kube::runtime::watcher::Error::WatchError(status)) if status.code == 410);
+        let listed_at_once = expired && last_expiry.is_none_or(|at| at.elapsed() >= ROUTINE_EXPIRY);
+        if expired {
+            last_expiry = Some(Instant::now());
+        }
+        if listed_at_once {
+            tracing::debug!("watch expired (410 Gone): listing again at once");
+        }
+        std::future::ready(!listed_at_once)
+    }
+}
+
+impl<T: Send, S: futures::Stream<Item = Result<T, kube::runtime::watcher::Error>> + Send + Sized> Retried<T> for S {}
+
+/// How often a watch may list again at once after `410 Gone` (see [`Retried`]).
+pub const ROUTINE_EXPIRY: Duration = Duration::from_secs(1);
+
+/// A controller's trigger backoff: none. Each of its trigger streams already waits on its own
+/// errors ([`Retried::retried`]); a backoff over the merged triggers paused all of them for
+/// one watch's error (kube's `Controller::new` and `.watches` build watches without one, so
+/// banlieue's controllers use `for_stream`/`watches_stream` over [`cached`] or
+/// [`Retried::retried`] watches only).
+pub struct PerWatch;
+
+impl Iterator for PerWatch {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for PerWatch {
+    fn reset(&mut self) {}
+}
+
 #[cfg(test)]
 mod watch_backoff_tests {
     use super::*;
+    use futures::StreamExt;
     use kube::runtime::utils::Backoff;
+
+    fn gone() -> Result<u32, kube::runtime::watcher::Error> {
+        let status = kube::core::Status::failure("too old resource version", "Expired").with_code(410);
+        Err(kube::runtime::watcher::Error::WatchError(Box::new(status)))
+    }
+
+    /// What of `items` goes on to the backoff, errors as text.
+    async fn waited(items: Vec<Result<u32, kube::runtime::watcher::Error>>) -> Vec<Result<u32, String>> {
+        futures::stream::iter(items).filter(waited_on()).map(|item| item.map_err(|e| e.to_string())).collect().await
+    }
+
+    #[tokio::test]
+    async fn a_410_is_listed_again_at_once_not_backed_off() {
+        assert_eq!(waited(vec![Ok(1), gone(), Ok(2)]).await, vec![Ok(1), Ok(2)]);
+    }
+
+    #[tokio::test]
+    async fn a_410_again_within_a_second_is_waited_on_like_any_error() {
+        let seen = waited(vec![gone(), Ok(1), gone(), Ok(2)]).await;
+        assert!(matches!(seen.as_slice(), [Ok(1), Err(e), Ok(2)] if e.contains("too old")), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn other_errors_are_waited_on() {
+        let seen = waited(vec![Err(kube::runtime::watcher::Error::NoResourceVersion), Ok(1)]).await;
+        assert!(matches!(seen.as_slice(), [Err(_), Ok(1)]), "{seen:?}");
+    }
 
     #[test]
     fn watch_retries_stay_within_seconds_and_start_over_after_a_success() {

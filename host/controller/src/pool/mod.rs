@@ -38,7 +38,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::conditions::{self, READY, SCHEDULED};
 use crate::reasons::Reason;
-use crate::reconciler::{acted_on, Frame, Outcome};
+use crate::reconciler::{acted_on, Frame, Outcome, Retried};
 use crate::{status, Context, Error, FIELD_MANAGER};
 
 pub const POOL_LABEL: &str = "banlieue.io/pool";
@@ -64,7 +64,7 @@ struct Pools {
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (store, writer) = kube::runtime::reflector::store();
     let pool_changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VirtualMachinePool>(), watcher::Config::default()))
-        .backoff(crate::reconciler::watch_backoff())
+        .retried()
         .touched_objects()
         .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
     let (vms, vm_writer) = kube::runtime::reflector::store();
@@ -74,11 +74,11 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             vm.metadata.managed_fields = None;
         }),
     )
-    .backoff(crate::reconciler::watch_backoff())
+    .retried()
     .touched_objects();
     let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
     Controller::for_stream(pool_changes, store)
-        .trigger_backoff(crate::reconciler::watch_backoff())
+        .trigger_backoff(crate::reconciler::PerWatch)
         // A member's change (Ready, deleted) is its pool's business.
         .watches_stream(member_changes, |vm: VirtualMachine| {
             let ns = vm.namespace();
