@@ -15,7 +15,7 @@
 //! alone. Retryable driver errors back off; terminal ones become a condition (and, for
 //! CAPI's v1beta1 readers, `status.deprecated.v1beta1.failureReason`) and wait for a change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,12 +70,13 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let frame = frame.sharded_by(shard_key);
     let (providers, provider_changes) = cached(ctx.watched::<Provider>());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
+    let provider_changes = provider_changes.filter(wakes_machines(providers.clone()));
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
     controller
         // A ProviderClass reaches machines through their Provider's probe; this stream only keeps the cache.
         .watches_stream(provider_class_changes, |_| std::iter::empty::<ObjectRef<DynamicObject>>())
-        // A Provider that appears or changes unblocks the machines that name it.
+        // A Provider that appears, goes, changes or becomes Ready unblocks the machines that name it.
         .watches_stream(provider_changes, move |p| {
             let (ns, name) = (p.namespace(), p.name_any());
             store
@@ -95,6 +96,36 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(crate::reconciler::log_run("machine"))
         .await;
+}
+
+/// Which Provider events wake the machines naming it: a Provider new to this process, one
+/// deleted, one whose spec or metadata changed, and one that became Ready (its backend is back:
+/// machines backing off from it try again now). Not its other status changes — the capacity a
+/// probe found, a failure's message, becoming unready: machines read only a Provider's spec,
+/// and waking them then only repeats calls a failing backend is spared by their backoff
+/// (`faults_backends` saw a clone retried 24 ms after it failed, for a Provider status write).
+/// kube's `predicate_filter` would not do: a deleted Provider (it has no finalizer) looks the
+/// same as the last copy of it, and is told apart here by its absence from the cache, which
+/// the reflector updated before the event came on.
+fn wakes_machines(providers: Store<Provider>) -> impl FnMut(&Result<Provider, kube::runtime::watcher::Error>) -> std::future::Ready<bool> + Send {
+    let mut seen: HashMap<ObjectRef<Provider>, (Option<u64>, bool)> = HashMap::new();
+    move |event| {
+        let Ok(p) = event else {
+            return std::future::ready(true);
+        };
+        let key = ObjectRef::from_obj(p);
+        if providers.get(&key).is_none() {
+            seen.remove(&key);
+            return std::future::ready(true);
+        }
+        let ready = p.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, READY));
+        let now = (crate::reconciler::acted_on(p), ready);
+        let wake = match seen.insert(key, now) {
+            None => true,
+            Some((acted, was_ready)) => acted != now.0 || (ready && !was_ready),
+        };
+        std::future::ready(wake)
+    }
 }
 
 /// A machine belongs to its Provider's shard (its own, while CAPI has not bound it to one).
@@ -531,5 +562,37 @@ mod tests {
         let later = next_look(&status(Some(MachinePhase::WaitingForAddress), 600));
         assert!(later >= Duration::from_secs(59) && later <= Duration::from_secs(61), "{later:?}");
         assert_eq!(next_look(&status(Some(MachinePhase::PoweringOn), 86_400)), RESYNC);
+    }
+
+    fn provider(generation: i64, ready: bool, free_cpus: u32) -> Provider {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+            "metadata": {"name": "p", "namespace": "team", "generation": generation},
+            "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"}},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "Probed", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                       "failureDomains": [{"name": "d", "capacity": {"cpus": free_cpus}}]}
+        }))
+        .expect("provider")
+    }
+
+    #[tokio::test]
+    async fn machines_wake_for_a_providers_spec_its_return_to_ready_and_its_deletion_only() {
+        use kube::runtime::watcher::Event;
+        let (cache, mut writer) = kube::runtime::reflector::store::<Provider>();
+        let mut wakes = wakes_machines(cache);
+        let mut event = |e: Event<Provider>| {
+            writer.apply_watcher_event(&e);
+            let (Event::Apply(p) | Event::Delete(p)) = e else { unreachable!() };
+            wakes(&Ok(p)).into_inner()
+        };
+        assert!(event(Event::Apply(provider(1, true, 8))), "a Provider new to this process");
+        assert!(!event(Event::Apply(provider(1, true, 6))), "its capacity, probed");
+        assert!(!event(Event::Apply(provider(1, false, 6))), "unready: the machines keep backing off");
+        assert!(!event(Event::Apply(provider(1, false, 4))));
+        assert!(event(Event::Apply(provider(1, true, 4))), "Ready again: the backend is back");
+        assert!(event(Event::Apply(provider(2, true, 4))), "its spec changed");
+        assert!(event(Event::Delete(provider(2, true, 4))), "deleted, though it looks as before");
+        assert!(event(Event::Apply(provider(3, true, 4))), "made again");
     }
 }
