@@ -158,7 +158,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     };
     let by_class = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
     let by_image = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
-    let in_namespace = by(|vm, _, ns| vm.namespace().as_deref() == ns, store.clone());
+    let concerned = by(concerns_vm, store.clone());
     let unscheduled = by(|vm, _, _| !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED)), store.clone());
     let unscheduled_too = unscheduled.clone();
     let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()));
@@ -171,7 +171,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
         .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
-        .watches_stream(provider_changes, move |o| in_namespace(o.name_any(), o.namespace()))
+        .watches_stream(provider_changes, move |o| concerned(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
         .watches_stream(watcher(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default()).retried().touched_objects(), move |o| unscheduled(o.name_any(), None))
         .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
@@ -181,6 +181,18 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .for_each(crate::reconciler::log_run("virtualmachine"))
         .await;
     Ok(())
+}
+
+/// Whether a change of Provider `provider` in namespace `ns` concerns `vm`: a VM to be placed
+/// (its candidates changed) or one placed on that Provider (its placement may no longer hold).
+/// A VM placed on another Provider reads nothing of it; waking every VM of the namespace made
+/// each change of a Provider's status (every probe that finds its capacity changed) cost one
+/// reconcile and one Machine GET per VM.
+fn concerns_vm(vm: &VirtualMachine, provider: &str, ns: Option<&str>) -> bool {
+    let status = vm.status.as_ref();
+    vm.namespace().as_deref() == ns
+        && (!status.is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED))
+            || status.and_then(|s| s.scheduled.as_ref()).is_some_and(|s| s.provider == provider))
 }
 
 /// A VM belongs to the shard of the Provider it is placed on, or, not placed yet, to its own.
@@ -734,4 +746,34 @@ fn api_error(e: kube::Error) -> Blocked {
 fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
     let prefix = r.kind.strip_suffix("Machine").unwrap_or(&r.kind);
     infra_kinds::machine_resource(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vm(ns: &str, placed_on: Option<&str>) -> VirtualMachine {
+        let mut v = json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": "vm", "namespace": ns},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}
+        });
+        if let Some(p) = placed_on {
+            v["status"] = json!({
+                "scheduled": {"provider": p, "failureDomain": "d", "providerClass": "libvirt"},
+                "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+            });
+        }
+        serde_json::from_value(v).expect("vm")
+    }
+
+    #[test]
+    fn a_provider_change_concerns_the_vms_to_place_and_those_placed_on_it_only() {
+        assert!(concerns_vm(&vm("team", None), "a", Some("team")), "a VM to be placed");
+        assert!(concerns_vm(&vm("team", Some("a")), "a", Some("team")), "a VM placed on it");
+        assert!(!concerns_vm(&vm("team", Some("b")), "a", Some("team")), "a VM placed on another Provider");
+        assert!(!concerns_vm(&vm("other", None), "a", Some("team")), "a VM of another namespace");
+    }
 }
