@@ -23,12 +23,11 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::conditions::{self, READY};
-use crate::reconciler::{Frame, Outcome, Retried};
+use crate::reconciler::{Frame, Outcome};
 use crate::{Context, Error};
 
 /// How often a healthy Provider is probed again, by default (`Options::probe_interval`).
@@ -55,7 +54,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         refused: Mutex::default(),
     });
     controller
-        .watches_stream(watcher(Api::<ProviderClass>::all(ctx.client.clone()), watcher::Config::default()).retried().touched_objects(), move |class| {
+        .watches_stream(crate::reconciler::changes(Api::<ProviderClass>::all(ctx.client.clone())), move |class| {
             let name = class.name_any();
             store
                 .state()

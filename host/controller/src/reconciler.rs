@@ -167,6 +167,16 @@ pub fn shard_gains(ctx: &Context) -> futures::stream::BoxStream<'static, ()> {
     }
 }
 
+/// Each change of `api`'s objects (deletions too), from a [`Retried::retried`] watch: a
+/// controller's trigger with no cache of its own.
+pub fn changes<K>(api: kube::Api<K>) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use kube::runtime::{watcher, WatchStreamExt};
+    watcher(api, watcher::Config::default()).retried().touched_objects()
+}
+
 /// A watch that keeps a cache of `api`'s objects and yields each change.
 pub fn cached<K>(api: kube::Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static)
 where

@@ -159,7 +159,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let by_class = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
     let by_image = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
     let concerned = by(concerns_vm, store.clone());
-    let unscheduled = by(|vm, _, _| !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED)), store.clone());
+    let unscheduled = by(|vm, _, _| unscheduled(vm), store.clone());
     let unscheduled_too = unscheduled.clone();
     let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()));
     let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()));
@@ -173,7 +173,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
         .watches_stream(provider_changes, move |o| concerned(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
-        .watches_stream(watcher(Api::<PlacementPolicy>::all(client.clone()), watcher::Config::default()).retried().touched_objects(), move |o| unscheduled(o.name_any(), None))
+        .watches_stream(crate::reconciler::changes(Api::<PlacementPolicy>::all(client.clone())), move |o| unscheduled(o.name_any(), None))
         .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -189,10 +189,13 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 /// each change of a Provider's status (every probe that finds its capacity changed) cost one
 /// reconcile and one Machine GET per VM.
 fn concerns_vm(vm: &VirtualMachine, provider: &str, ns: Option<&str>) -> bool {
-    let status = vm.status.as_ref();
     vm.namespace().as_deref() == ns
-        && (!status.is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED))
-            || status.and_then(|s| s.scheduled.as_ref()).is_some_and(|s| s.provider == provider))
+        && (unscheduled(vm) || vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| s.provider == provider))
+}
+
+/// A VM to be placed (or placed again): not `Scheduled`.
+fn unscheduled(vm: &VirtualMachine) -> bool {
+    !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED))
 }
 
 /// A VM belongs to the shard of the Provider it is placed on, or, not placed yet, to its own.
@@ -234,7 +237,7 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
         };
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).retried().touched_objects().boxed();
+            let mut events = crate::reconciler::changes(api).boxed();
             while let Some(m) = events.next().await {
                 let Ok(m) = m else { continue };
                 let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));

@@ -27,13 +27,12 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use super::{cluster_of, paused, MANAGED_BY, PAUSED_CONDITION};
 use crate::conditions::{self, READY};
 use crate::reasons::Reason;
-use crate::reconciler::{dynamic_controller, Frame, Outcome, Retried};
+use crate::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::machine::V1BETA1_FAILURE_REASON as INVALID_CONFIGURATION;
 use crate::scheduling::{FAILURE_DOMAIN_LABEL, PROVIDER_LABEL};
 use crate::{status, Context, Error};
@@ -64,7 +63,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
         // Failure domains follow the namespace's Providers.
-        .watches_stream(watcher(ctx.watched::<Provider>(), watcher::Config::default()).retried().touched_objects(), move |p| {
+        .watches_stream(crate::reconciler::changes(ctx.watched::<Provider>()), move |p| {
             in_namespace
                 .state()
                 .into_iter()

@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::ResourceExt;
 
 pub use crate::infra_kinds::PAUSED_ANNOTATION;
-use crate::reconciler::Retried;
 use crate::Context;
 
 /// Reconcile the `<Kind>Cluster`s and bind the CAPI-made `<Kind>Machine`s of every
@@ -90,7 +89,7 @@ pub fn changes(ctx: &Context, resource: ApiResource) -> impl Stream<Item = Resul
     let client = ctx.client.clone();
     let api = ctx.watched_dynamic(&resource);
     futures::stream::once(async move { served(&client).await })
-        .flat_map(move |()| watcher(api.clone(), watcher::Config::default()).retried().touched_objects())
+        .flat_map(move |()| crate::reconciler::changes(api.clone()))
 }
 
 /// The CAPI owner of `kind` (`Cluster`, `Machine`) among `obj`'s owner references.

@@ -74,7 +74,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
     // A VM going away (or moving) may release an image being deleted, or an earlier import.
     let deleting = images.store();
-    let vms = watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).retried().touched_objects();
+    let vms = crate::reconciler::changes(ctx.watched::<VirtualMachine>());
     let images = images.watches_stream(vms, move |vm: VirtualMachine| {
         deleting
             .get(&ObjectRef::new(&vm.spec.image_ref.name))
