@@ -15,6 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use banlieue_api::VirtualMachine;
+use banlieue_controller::installation::Installation;
 use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::openbao::OpenBao;
 use banlieue_tests::bootstrap::{banlieue, config};
@@ -32,9 +33,13 @@ async fn bootstrap(config: &Path, data_dir: &Path, target: Option<&Path>) -> any
     bootstrap_with(config, data_dir, target, &[]).await
 }
 
+/// The banlieue installation of bootstrap tests' objects and control planes: the one of
+/// [`Stage`]'s new cluster, so tests sharing a cluster act only on their own objects.
+const INSTANCE: &str = "bootstrap-tests";
+
 async fn bootstrap_with(config: &Path, data_dir: &Path, target: Option<&Path>, env: &[(&str, &str)]) -> anyhow::Result<String> {
     let mut cmd = tokio::process::Command::new(banlieue()?);
-    cmd.envs(env.iter().copied());
+    cmd.env("BANLIEUE_INSTANCE", INSTANCE).envs(env.iter().copied());
     cmd.arg("bootstrap").arg("--config").arg(config).arg("--data-dir").arg(data_dir).arg("--builtin-dir").arg(guests_dist()).arg("--metrics-addr").arg("127.0.0.1:0").arg("--timeout").arg("180");
     if let Some(t) = target {
         cmd.arg("--target-kubeconfig").arg(t);
@@ -113,10 +118,10 @@ impl Stage {
     async fn new(test: &str, lv: &'static Libvirtd) -> anyhow::Result<Stage> {
         let target = TestEnv::start(test).await?;
         target.install_crds().await?;
-        let _cp = ControlPlane::start(&target)?;
+        let _cp = ControlPlane::start_with(&target, |o| o.installation = Installation::new(Some(INSTANCE)).expect("a valid name"))?;
         let _leftovers = Leftovers { lv, prefix: format!("{}_mgmt-", target.ns) };
         let file = target.dir().join("bootstrap.yaml");
-        std::fs::write(&file, config(&target.ns, lv, 2))?;
+        std::fs::write(&file, config(&target.ns, Some(INSTANCE), lv, 2))?;
         let data = target.dir().join("bootstrap-data");
         Ok(Stage { target, _cp, _leftovers, file, data })
     }
@@ -192,6 +197,7 @@ async fn killed_mid_create_resumes_to_the_same_end(lv: &'static Libvirtd) -> any
     // inside libvirt's own domain start, a domain can stay paused: the driver starts it
     // afresh on the rerun.)
     let mut child = tokio::process::Command::new(banlieue()?)
+        .env("BANLIEUE_INSTANCE", INSTANCE)
         .arg("bootstrap")
         .arg("--config")
         .arg(&file)
@@ -230,7 +236,7 @@ async fn bad_bootstrap_configs_and_targets_are_named_and_move_nothing() -> anyho
     let lv = Libvirtd::shared()?;
     let env = TestEnv::start("bootstrap-bad").await?;
     let ns = env.ns.clone();
-    let good = config(&ns, &lv, 1);
+    let good = config(&ns, Some(INSTANCE), &lv, 1);
     let data = env.dir().join("bootstrap-data");
     for (broken, needle) in [
         (good.replace("imageRef: {name: ", "imageRef: {name: missing-"), "VMImage \"missing-"),
@@ -292,7 +298,9 @@ async fn the_k0s_script_reads_vault_renders_cloud_init_makes_the_vms_and_moves_t
     let bao = OpenBao::start().await?;
     let target = TestEnv::start("k0s").await?;
     target.install_crds().await?;
-    let _cp = ControlPlane::start(&target)?;
+    // The script's objects carry no installation label, as it writes them: the default
+    // installation acts on them (no other test of this suite runs it, one bootstrap at a time).
+    let _cp = ControlPlane::start_with(&target, |o| o.installation = Default::default())?;
     let ns = target.ns.clone();
     let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-") };
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use banlieue_libvirt::Libvirt;
-use banlieue_tests::control::{apply, libvirt_fixtures, libvirt_test_node, repo_root, wait_for, ControlPlane};
+use banlieue_tests::control::{libvirt_fixtures, libvirt_test_node, repo_root, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
@@ -275,7 +275,7 @@ async fn a_workload_cluster_on_two_providers_as_capi_drives_it() -> anyhow::Resu
         "spec": {"template": {"spec": {"providerRefs": [{"name": "lab-a"}, {"name": "lab-b"}], "controlPlaneSelector": {"matchLabels": {"banlieue.io/provider": "lab-a"}}}}}});
     cluster_templates.patch("two-labs", &dry, &Patch::Apply(&cluster_template)).await?;
     assert!(cluster_templates.get_opt("two-labs").await?.is_none());
-    apply(&t.env.client, workers.clone()).await?;
+    t.env.apply(workers.clone()).await?;
 
     // A control-plane machine without a failure domain goes where control planes may.
     t.machine("demo", "cp-0", &workers, true, None, Some("#cloud-config\nhostname: cp-0\n")).await?;

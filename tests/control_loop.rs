@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use banlieue_api::VirtualMachine;
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_libvirt::{DomainState, Libvirt};
-use banlieue_tests::control::{apply, component_dir, guests_dist, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::control::{component_dir, guests_dist, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -31,24 +31,23 @@ fn second_host(env: &TestEnv) -> anyhow::Result<String> {
 async fn fixtures(env: &TestEnv) -> anyhow::Result<()> {
     let ns = &env.ns;
     for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": env.libvirt_class()},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
                "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
                         "nics": [{"name": "eth0", "networkClass": "default"}]}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
+               "spec": {"sources": [{"providerClass": env.libvirt_class(), "backingFile": "/var/lib/images/debian-12.qcow2"}]}}),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     provider(env, "a", DEFAULT_URI).await
 }
 
 async fn provider(env: &TestEnv, name: &str, uri: &str) -> anyhow::Result<()> {
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+               "spec": {"providerClassRef": {"name": env.libvirt_class()}, "connection": {"endpoint": uri},
                         "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}}}}),
     )
     .await
@@ -101,7 +100,7 @@ async fn a_vm_is_created_powered_restarted_and_deleted_on_libvirt() -> anyhow::R
     fixtures(&env).await?;
     let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    apply(&env.client, vm(&env, "web", json!({}))).await?;
+    env.apply(vm(&env, "web", json!({}))).await?;
 
     let ready = wait_for(&vms, "web", 60, "Ready", is_ready).await?;
     // Placed, recorded and made in a handful of reconciles: the VM's own decision is recognised
@@ -179,7 +178,7 @@ async fn a_machine_deleted_by_hand_is_made_again_for_its_vm() -> anyhow::Result<
     fixtures(&env).await?;
     let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    apply(&env.client, vm(&env, "web", json!({}))).await?;
+    env.apply(vm(&env, "web", json!({}))).await?;
     wait_for(&vms, "web", 60, "Ready", is_ready).await?;
     let first = machines(&env).get("web").await?.uid().unwrap_or_default();
 
@@ -221,7 +220,7 @@ async fn a_burst_of_vms_is_spread_evenly_across_hosts() -> anyhow::Result<()> {
     futures::future::try_join_all(names.iter().map(|n| {
         let mut object = vm(&env, n, json!({}));
         object["metadata"]["labels"] = json!({"app": "burst"});
-        apply(&env.client, object)
+        env.apply(object)
     }))
     .await?;
     for n in &names {
@@ -250,7 +249,7 @@ async fn changing_the_provider_moves_the_vm_between_libvirt_hosts() -> anyhow::R
     provider(&env, "b", &uri_b).await?;
     let (host_a, host_b) = (cp.ctx.libvirt.get(DEFAULT_URI).await?, cp.ctx.libvirt.get(&uri_b).await?);
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    apply(&env.client, vm(&env, "db", json!({"placement": {"providerRef": {"name": "a"}}}))).await?;
+    env.apply(vm(&env, "db", json!({"placement": {"providerRef": {"name": "a"}}}))).await?;
     wait_for(&vms, "db", 60, "Ready on a", is_ready).await?;
     assert_eq!(domains(&host_a, &env.ns).await?.len(), 1);
     assert!(domains(&host_b, &env.ns).await?.is_empty());
@@ -286,7 +285,7 @@ async fn missing_references_and_unsatisfiable_classes_are_reported_and_recovered
     fixtures(&env).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let class = format!("{}-big", env.ns);
-    apply(&env.client, vm(&env, "late", json!({"classRef": {"name": class}}))).await?;
+    env.apply(vm(&env, "late", json!({"classRef": {"name": class}}))).await?;
     let v = wait_for(&vms, "late", 30, "ClassNotFound", |v: Option<&VirtualMachine>| {
         v.and_then(|v| condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "ClassNotFound")
     })
@@ -298,7 +297,7 @@ async fn missing_references_and_unsatisfiable_classes_are_reported_and_recovered
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": class},
                "spec": {"cpus": 2, "memoryMiB": 1024, "disks": [{"name": "root", "sizeGiB": 8, "storageClass": storage}]}})
     };
-    apply(&env.client, class_object("fast-nvme")).await?;
+    env.apply(class_object("fast-nvme")).await?;
     let v = wait_for(&vms, "late", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
         v.and_then(|v| condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
     })
@@ -307,7 +306,7 @@ async fn missing_references_and_unsatisfiable_classes_are_reported_and_recovered
     assert!(machines(&env).get_opt("late").await?.is_none(), "nothing is created for an unschedulable VM");
 
     // Fixing the class schedules it: the change is watched, not polled.
-    apply(&env.client, class_object("standard")).await?;
+    env.apply(class_object("standard")).await?;
     wait_for(&vms, "late", 60, "Ready", is_ready).await?;
     Ok(())
 }
@@ -322,30 +321,27 @@ async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() 
     std::fs::copy(guests_dist().join("hostile-provider.wasm"), &hostile_path)?;
     let hostile = format!("file://{}", hostile_path.display());
     let class = format!("{}-hostile", env.ns);
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
                "spec": {"component": {"source": hostile, "verification": {"allowUnsigned": true}, "limits": {"cpuMillis": 200}},
                         "infrastructureKind": "Hostile"}}),
     )
     .await?;
     let unsigned = format!("{}-unsigned", env.ns);
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": unsigned},
                "spec": {"component": {"source": hostile}, "infrastructureKind": "Unsigned"}}),
     )
     .await?;
     for name in ["spin", "panic", "alloc"] {
-        apply(
-            &env.client,
+        env.apply(
             json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
                    "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": "https://127.0.0.1:1"}}}),
         )
         .await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    apply(&env.client, vm(&env, "steady", json!({}))).await?;
+    env.apply(vm(&env, "steady", json!({}))).await?;
 
     let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
     for (name, reason) in [("spin", "CPUBudgetExceeded"), ("panic", "Trapped"), ("alloc", "MemoryLimitExceeded")] {
@@ -384,8 +380,7 @@ async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class
     let path = component_dir(&env).join("driver-0.1.wasm");
     std::fs::write(&path, wat::parse_str(DRIVER_0_1)?)?;
     let class = format!("{}-old", env.ns);
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
                "spec": {"component": {"source": format!("file://{}", path.display()), "verification": {"allowUnsigned": true}},
                         "infrastructureKind": "Old"}}),
@@ -405,7 +400,7 @@ async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class
     std::fs::copy(&path, &outside)?;
     for (suffix, source) in [("outside", format!("file://{}", outside.display())), ("dotdot", format!("file://{}/../driver-0.1.wasm", component_dir(&env).display()))] {
         let name = format!("{}-{suffix}", env.ns);
-        apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+        env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
             "spec": {"component": {"source": source, "verification": {"allowUnsigned": true}}, "infrastructureKind": "Old"}})).await?;
         let c = wait_for(&classes, &name, 30, "refused", |c: Option<&ProviderClass>| {
             c.and_then(|c| c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").cloned()).is_some_and(|c| c.status == "False")
@@ -428,7 +423,7 @@ async fn killing_the_host_mid_create_and_mid_delete_leaves_no_duplicate_and_no_l
     let libvirt = cp.ctx.libvirt.get(DEFAULT_URI).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let machines = machines(&env);
-    apply(&env.client, vm(&env, "crashy", json!({}))).await?;
+    env.apply(vm(&env, "crashy", json!({}))).await?;
     // Kill as soon as the Machine exists with its finalizer: create is about to run or running.
     wait_for(&machines, "crashy", 60, "finalizer", |m: Option<&DynamicObject>| m.is_some_and(|m| !m.finalizers().is_empty())).await?;
     cp.kill();
@@ -481,8 +476,7 @@ async fn a_class_requesting_more_than_the_administrator_allows_is_refused() -> a
         o.allowed_capabilities = banlieue_api::provider::RequestedCapabilities { libvirt: true, ..Default::default() };
     })?;
     let greedy = format!("{}-greedy", env.ns);
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": greedy},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Greedy",
                         "capabilities": {"libvirt": true, "http": true, "secrets": true}}}),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
 use banlieue_libvirt::Libvirt;
 use banlieue_tests::apiserver::ApiServerProcess;
-use banlieue_tests::control::{apply, libvirt_fixtures, libvirt_test_node, ControlPlane};
+use banlieue_tests::control::{libvirt_fixtures, libvirt_test_node, ControlPlane};
 use banlieue_tests::faults::{iterations, ready_vms, MadeFor, Rng, Tally};
 use banlieue_tests::TestEnv;
 use futures::StreamExt;
@@ -212,7 +212,7 @@ where
 }
 
 async fn apply_retrying(env: &TestEnv, object: serde_json::Value) -> anyhow::Result<()> {
-    retrying(|| apply(&env.client, object.clone())).await
+    retrying(|| env.apply(object.clone())).await
 }
 
 /// Delete `name`; already gone (an earlier try went through before a kill) is done too.
@@ -324,7 +324,7 @@ async fn watch_expiry_storms_during_a_pool_scale_cost_no_duplicate_backend_vms()
     for round in 0..rounds {
         let (creates, deletes) = (driver_calls(&cp, "create"), driver_calls(&cp, "delete"));
         let p = format!("storm-{round}");
-        apply(&env.client, pool(&env, &p, members)).await?;
+        env.apply(pool(&env, &p, members)).await?;
         let declared: BTreeSet<String> = (0..members).map(|i| format!("{p}-{i}")).collect();
         // A storm of fixed length over the scale-out, then the time from its last expiry until
         // the backends hold the pool.

@@ -28,7 +28,7 @@ use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::fault_proxy::{Fault, FaultProxy, Request, Seen};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{machines, proxmox_fixtures, pve_vm, vm, vsphere_fixtures_at, Names, PveEndpoint, PVE, VCENTER};
-use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::faults::{iterations, Rng, Tally};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -186,7 +186,7 @@ impl Sick {
     }
 
     async fn apply_vm(&self, name: &str) -> anyhow::Result<()> {
-        apply(&self.env.client, self.object(name)).await
+        self.env.apply(self.object(name)).await
     }
 
     /// Wait until the Machine and the VM of `name` say, with reason `reason`, a message

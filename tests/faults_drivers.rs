@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::{Provider, VirtualMachine};
 use banlieue_libvirt::{DomainState, Libvirt};
-use banlieue_tests::control::{apply, component_dir, guests_dist, libvirt_fixtures, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::control::{component_dir, guests_dist, libvirt_fixtures, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::faults::{iterations, percentile, Tally};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
@@ -57,8 +57,7 @@ async fn hostile_class(env: &TestEnv, suffix: &str, kind: &str) -> anyhow::Resul
     let path = component_dir(env).join("hostile-provider.wasm");
     std::fs::copy(guests_dist().join("hostile-provider.wasm"), &path)?;
     let class = format!("{}-{suffix}", env.ns);
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},
                "spec": {"component": {"source": format!("file://{}", path.display()), "verification": {"allowUnsigned": true}},
                         "infrastructureKind": kind,
@@ -66,10 +65,9 @@ async fn hostile_class(env: &TestEnv, suffix: &str, kind: &str) -> anyhow::Resul
                         "capabilities": {"http": true}}}),
     )
     .await?;
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{}-debian", env.ns)},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian.qcow2"},
+               "spec": {"sources": [{"providerClass": env.libvirt_class(), "backingFile": "/var/lib/images/debian.qcow2"},
                                     {"providerClass": class, "backingFile": "/var/lib/images/debian.qcow2"}]}}),
     )
     .await?;
@@ -77,8 +75,7 @@ async fn hostile_class(env: &TestEnv, suffix: &str, kind: &str) -> anyhow::Resul
 }
 
 async fn hostile_provider(env: &TestEnv, class: &str, name: &str, endpoint: &str) -> anyhow::Result<()> {
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
                "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": endpoint},
                         "capabilities": {"storageClasses": {"standard": "pool"}, "networkClasses": {"default": "net"}}}}),
@@ -179,11 +176,11 @@ async fn garbage_from_a_driver_becomes_a_condition_and_objects_stay_small() -> a
         let mut names = vec![ok.clone()];
         for (mode, _) in garbage {
             let name = format!("{mode}-{round}");
-            apply(&env.client, vm(&env, &name, mode)).await?;
+            env.apply(vm(&env, &name, mode)).await?;
             names.push(name);
         }
         let start = Instant::now();
-        apply(&env.client, vm(&env, &ok, "healthy")).await?;
+        env.apply(vm(&env, &ok, "healthy")).await?;
         wait_for(&vms, &ok, 60, "Ready", is_ready).await?;
         let seen = domains(std::slice::from_ref(&libvirt), &env.ns).await?;
         anyhow::ensure!(seen.get(&format!("{}_{ok}", env.ns)) == Some(&1), "{ok} is Ready but libvirt has {seen:?}");
@@ -272,7 +269,7 @@ impl Drop for Blackhole {
 async fn burst(env: &TestEnv, vms: &Api<VirtualMachine>, libvirts: &[Libvirt], names: &[String], providers: &[String], tally: &mut Tally) -> anyhow::Result<Vec<Duration>> {
     let mut started = Vec::new();
     for (i, n) in names.iter().enumerate() {
-        apply(&env.client, vm(env, n, &providers[i % providers.len()])).await?;
+        env.apply(vm(env, n, &providers[i % providers.len()])).await?;
         started.push(Instant::now());
     }
     let waits = names.iter().zip(started).map(|(n, t)| async move {
@@ -338,7 +335,7 @@ async fn one_hanging_provider_does_not_slow_the_healthy_ones() -> anyhow::Result
     .await?;
     let bad: Vec<String> = (0..2 * CONCURRENCY as usize).map(|i| format!("bad-{i}")).collect();
     for n in &bad {
-        apply(&env.client, vm(&env, n, "hang")).await?;
+        env.apply(vm(&env, n, "hang")).await?;
     }
     let libvirt_machines = machines(&env, "Libvirt");
     for n in &bad {

@@ -18,7 +18,7 @@ use banlieue_api::{VirtualMachine, VirtualMachinePool};
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{proxmox_fixtures, vm, vm_class, vsphere_fixtures, Names, PveEndpoint, PVE, VCENTER};
-use banlieue_tests::control::{apply, guests_dist};
+use banlieue_tests::control::{guests_dist};
 use banlieue_tests::faults::{iterations, ready_vms, MadeFor, Rng, Tally};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -30,13 +30,15 @@ struct Banlieue {
     env_dir: PathBuf,
     kubeconfig: PathBuf,
     namespace: String,
+    /// The test's installation (`--instance`), none for the default one.
+    instance: Option<String>,
     child: Option<Child>,
     starts: usize,
 }
 
 impl Banlieue {
     fn start(env: &TestEnv) -> anyhow::Result<Banlieue> {
-        let mut b = Banlieue { env_dir: env.dir().to_path_buf(), kubeconfig: env.kubeconfig.clone(), namespace: env.ns.clone(), child: None, starts: 0 };
+        let mut b = Banlieue { env_dir: env.dir().to_path_buf(), kubeconfig: env.kubeconfig.clone(), namespace: env.ns.clone(), instance: env.installation().instance().map(str::to_string), child: None, starts: 0 };
         b.restart()?;
         Ok(b)
     }
@@ -48,6 +50,7 @@ impl Banlieue {
         let child = Command::new(banlieue_tests::bootstrap::banlieue()?)
             .arg("run")
             .args(["--no-leader-election", "--namespace", &self.namespace, "--metrics-addr", &metrics])
+            .args(self.instance.iter().flat_map(|i| ["--instance", i]))
             .arg("--builtin-dir")
             .arg(guests_dist())
             .arg("--cache-dir")
@@ -156,8 +159,8 @@ async fn sigkilled_at_random_moments_banlieue_leaves_each_declared_vm_once_and_n
     // One VM class and image for both: the swap changes only the Provider.
     let ns = &env.ns;
     let any = Names { provider_class: String::new(), vm_class: format!("{ns}-any-small"), image: format!("{ns}-any-os") };
-    apply(&env.client, vm_class(&any.vm_class, 1, 256, 4, "standard", 5)).await?;
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": any.image},
+    env.apply(vm_class(&any.vm_class, 1, 256, 4, "standard", 5)).await?;
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": any.image},
         "spec": {"sources": [{"providerClass": on_vsphere.provider_class, "template": vcsim::TEMPLATE},
                              {"providerClass": on_proxmox.provider_class, "template": fakepve::TEMPLATE_VMID.to_string()}]}})).await?;
     let mut banlieue = Banlieue::start(&env)?;
@@ -171,12 +174,12 @@ async fn sigkilled_at_random_moments_banlieue_leaves_each_declared_vm_once_and_n
         let mut declared = Declared::new();
         // A VM to swap, made on vSphere.
         let swap = format!("swap-{round}");
-        apply(&env.client, vm(&env, &swap, &any, VCENTER, json!({}))).await?;
+        env.apply(vm(&env, &swap, &any, VCENTER, json!({}))).await?;
         declared.insert(swap.clone(), VCENTER);
 
         // The pool scaled up to `members`, killed somewhere in it.
         let p = format!("pool-{round}");
-        apply(&env.client, pool(&env, &p, &any, members)).await?;
+        env.apply(pool(&env, &p, &any, members)).await?;
         declared.extend((0..members).map(|i| (format!("{p}-{i}"), VCENTER)));
         kill_during(&mut banlieue, &mut rng, Duration::from_millis(200 * members as u64)).await?;
         tally.faults += 1;

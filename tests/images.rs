@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use banlieue_api::VMImage;
 use banlieue_imagebuilder::Digest;
-use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::files::{Answer, FileServer};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams};
@@ -32,11 +32,11 @@ fn qcow2(dir: &std::path::Path, mib: u32) -> anyhow::Result<Vec<u8>> {
 /// A VMImage named `<ns>-<name>` with one libvirt source `url` (and `checksum` when given).
 async fn image(env: &TestEnv, name: &str, url: &str, checksum: Option<&str>) -> anyhow::Result<String> {
     let name = format!("{}-{name}", env.ns);
-    let mut source = json!({"providerClass": "libvirt", "url": url});
+    let mut source = json!({"providerClass": env.libvirt_class(), "url": url});
     if let Some(c) = checksum {
         source["checksum"] = json!(c);
     }
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name}, "spec": {"sources": [source]}})).await?;
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name}, "spec": {"sources": [source]}})).await?;
     Ok(name)
 }
 
@@ -117,7 +117,7 @@ async fn boot_on_kvm(env: &TestEnv, lv: &banlieue_test_backends::libvirtd::Libvi
                         "placement": {"providerRef": {"name": "kvm"}}, "powerOffMode": "Hard",
                         "userData": {"name": format!("{name}-user-data"), "key": "user-data"}}}),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), ns);
     wait_for(&vms, name, 180, "Ready", vm_ready).await?;
@@ -203,7 +203,7 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     let vmimage = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
                          "spec": {"sources": [{"providerClass": class, "url": server.url("/guest.qcow2"), "checksum": sum}]}});
     for object in libvirt_provider(&ns, &class, &lv).into_iter().chain([vmimage]) {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
 
     // The VMImage says it is on the Provider, with the volume as the reference.
@@ -271,7 +271,7 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_revisions_stay_wh
     let vmimage = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
                          "spec": {"sources": [{"providerClass": vsphere, "url": url, "checksum": sum}, {"providerClass": proxmox, "url": url, "checksum": sum}]}});
     for object in template_providers(&ns, &vsphere, &proxmox, &vc, &pve).into_iter().chain([vmimage]) {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
 
     // Ready on both Providers, each reference the template the driver made.
@@ -307,11 +307,11 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_revisions_stay_wh
     assert!(downloads.len() == 1 && downloads[0].contains(&url), "{downloads:?}");
 
     // A VM on each Provider clones from the imported template.
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": small},
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": small},
            "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
                     "nics": [{"name": "eth0", "networkClass": "default"}]}})).await?;
     for provider in ["vcenter", "pve"] {
-        apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("on-{provider}"), "namespace": ns},
+        env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("on-{provider}"), "namespace": ns},
                "spec": {"classRef": {"name": small}, "imageRef": {"name": image}, "placement": {"providerRef": {"name": provider}}}})).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
@@ -337,7 +337,7 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_revisions_stay_wh
     let sum2 = checksum(&disk2);
     let server2 = FileServer::start(BTreeMap::from([("/os-2.qcow2".to_string(), Answer::Bytes(disk2.clone()))])).await?;
     let url2 = server2.url("/os-2.qcow2");
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
            "spec": {"sources": [{"providerClass": vsphere, "url": url2, "checksum": sum2}, {"providerClass": proxmox, "url": url2, "checksum": sum2}]}})).await?;
     let on_second = |i: Option<&VMImage>| {
         i.and_then(|i| i.status.as_ref()).is_some_and(|s| {
@@ -368,7 +368,7 @@ async fn a_url_image_becomes_a_template_on_vsphere_and_proxmox_revisions_stay_wh
 
     // A new VM is made from the second revision; deleting the VMImage waits for it, then
     // removes the template from both backends.
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "later", "namespace": ns},
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "later", "namespace": ns},
            "spec": {"classRef": {"name": small}, "imageRef": {"name": image}, "placement": {"providerRef": {"name": "vcenter"}}}})).await?;
     let later = wait_for(&vms, "later", 120, "Ready", vm_ready).await?;
     assert_eq!(later.status.and_then(|s| s.scheduled).and_then(|s| s.image).as_deref(), Some(template2.as_str()));
@@ -426,7 +426,7 @@ async fn a_built_image_goes_from_osartifact_to_every_backend_and_boots() -> anyh
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": name}, "spec": {"build": build, "sources": sources}})
     });
     for object in libvirt_provider(&ns, &class, &lv).into_iter().chain(template_providers(&ns, &vsphere, &proxmox, &vc, &pve)).chain(vmimages) {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
 
     // The OSArtifact, as kairos-operator would find it.

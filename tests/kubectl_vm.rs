@@ -6,7 +6,7 @@ use std::process::Output;
 
 use banlieue_api::VirtualMachine;
 use banlieue_libvirt::DomainState;
-use banlieue_tests::control::{apply, libvirt_fixtures, path_with_workspace_binaries, wait_for, ControlPlane};
+use banlieue_tests::control::{libvirt_fixtures, path_with_workspace_binaries, wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
@@ -42,7 +42,7 @@ async fn power_commands_wait_for_the_backend_and_errors_have_their_exit_codes() 
     env.install_crds().await?;
     let cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
-    apply(&env.client, vm(&env, "web", json!({}))).await?;
+    env.apply(vm(&env, "web", json!({}))).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     wait_for(&vms, "web", 60, "Ready", is_ready).await?;
     let libvirt = cp.ctx.libvirt.get("test:///default").await?;
@@ -106,7 +106,7 @@ async fn power_commands_wait_for_the_backend_and_errors_have_their_exit_codes() 
     kubectl_vm(&env, &["unpause", "web", "-n", &ns]).await?;
 
     // --wait that cannot be satisfied: exit 5 after the timeout, with the VM's Ready condition.
-    apply(&env.client, vm(&env, "lost", json!({"providerRef": {"name": "nowhere"}}))).await?;
+    env.apply(vm(&env, "lost", json!({"providerRef": {"name": "nowhere"}}))).await?;
     let (code, _, err) = kubectl_vm(&env, &["start", "lost", "-n", &ns, "--wait", "--timeout", "2"]).await?;
     assert_eq!(code, 5);
     assert!(err.contains("not Ready and PoweredOn after 2s") && err.contains("Ready is"), "{err}");
@@ -129,8 +129,7 @@ async fn pools_are_listed_and_scaled_and_a_member_is_started_like_any_vm() -> an
     let _cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
     let ns = env.ns.clone();
-    apply(
-        &env.client,
+    env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "web", "namespace": ns},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                         "template": {"metadata": {"labels": {"app": "web"}},

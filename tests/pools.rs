@@ -24,8 +24,8 @@ async fn fixtures(env: &TestEnv) -> anyhow::Result<String> {
     let host_b = libvirt_test_node(env.dir(), "host-b", 16, 64, 500)?;
     libvirt_fixtures(env, &[("a", HOST_A), ("b", &host_b)]).await?;
     let ns = &env.ns;
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian-next")},
-                              "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian-next.qcow2"}]}})).await?;
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian-next")},
+                              "spec": {"sources": [{"providerClass": env.libvirt_class(), "backingFile": "/var/lib/images/debian-next.qcow2"}]}})).await?;
     Ok(host_b)
 }
 
@@ -81,7 +81,7 @@ async fn scaling_out_spreads_and_scaling_in_follows_the_documented_order_sparing
     let host_b = fixtures(&env).await?;
     let (a, b) = (cp.ctx.libvirt.get(HOST_A).await?, cp.ctx.libvirt.get(&host_b).await?);
 
-    apply(&env.client, pool(&env, "web", 0, json!({}))).await?;
+    env.apply(pool(&env, "web", 0, json!({}))).await?;
     settled(&env, "web", 0).await?;
     scale(&env, "web", 5).await?;
     let web = settled(&env, "web", 5).await?;
@@ -136,7 +136,7 @@ async fn a_rolling_update_replaces_every_member_within_max_unavailable() -> anyh
     let _cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
     let strategy = json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}});
-    apply(&env.client, pool(&env, "db", 3, strategy.clone())).await?;
+    env.apply(pool(&env, "db", 3, strategy.clone())).await?;
     let before = settled(&env, "db", 3).await?;
     let old_revision = before.status.and_then(|s| s.current_revision).unwrap_or_default();
 
@@ -148,7 +148,7 @@ async fn a_rolling_update_replaces_every_member_within_max_unavailable() -> anyh
     let mut stream = vms.watch(&WatchParams::default().labels(&format!("{POOL_LABEL}=db")), &rv).await?.boxed();
     let mut changed = pool(&env, "db", 3, strategy);
     changed["spec"]["template"]["spec"]["imageRef"]["name"] = json!(format!("{}-debian-next", env.ns));
-    apply(&env.client, changed).await?;
+    env.apply(changed).await?;
 
     let mut worst = 0;
     let mut revisions: BTreeMap<String, String> = BTreeMap::new();
@@ -197,9 +197,9 @@ async fn a_deleted_member_is_replaced_and_deleting_the_pool_leaves_nothing_behin
     let (a, b) = (cp.ctx.libvirt.get(HOST_A).await?, cp.ctx.libvirt.get(&host_b).await?);
     // Members are placed by the pool's own policy.
     let policy = format!("{}-binpack", env.ns);
-    apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": policy},
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "PlacementPolicy", "metadata": {"name": policy},
                               "spec": {"component": {"source": "builtin:placement-binpack"}}})).await?;
-    apply(&env.client, pool(&env, "api", 3, json!({"placementPolicyRef": {"name": policy}}))).await?;
+    env.apply(pool(&env, "api", 3, json!({"placementPolicyRef": {"name": policy}}))).await?;
     settled(&env, "api", 3).await?;
     for member in members(&env, "api").await? {
         assert_eq!(member.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).map(|r| r.name.as_str()), Some(policy.as_str()));
@@ -246,7 +246,7 @@ async fn a_member_that_never_becomes_ready_is_replaced_at_most_max_replacements_
     // does not state (NoCandidates), so auto-healing replaces them — twice, then stops.
     let mut broken = pool(&env, "stuck", 1, json!({"autoHealing": {"notReadyTimeoutSeconds": 2, "maxReplacements": 2}}));
     broken["spec"]["template"]["spec"]["placement"] = json!({"providerRef": {"name": "nowhere"}});
-    apply(&env.client, broken).await?;
+    env.apply(broken).await?;
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     let failed = wait_for(&pools, "stuck", 60, "ReplicaFailure AutoHealingLimit", |p: Option<&VirtualMachinePool>| {
         p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "AutoHealingLimit"))
@@ -271,7 +271,7 @@ async fn a_template_naming_a_missing_class_reports_replica_failure_and_makes_not
     fixtures(&env).await?;
     let mut bad = pool(&env, "bad", 3, json!({}));
     bad["spec"]["template"]["spec"]["classRef"]["name"] = json!("no-such-class");
-    apply(&env.client, bad).await?;
+    env.apply(bad).await?;
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     let failed = wait_for(&pools, "bad", 60, "ReplicaFailure ClassNotFound", |p: Option<&VirtualMachinePool>| {
         p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "ClassNotFound"))
@@ -302,7 +302,7 @@ async fn deleting_a_pool_with_cascade_orphan_leaves_its_members() -> anyhow::Res
     env.install_crds().await?;
     let _cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
-    apply(&env.client, pool(&env, "keep", 2, json!({}))).await?;
+    env.apply(pool(&env, "keep", 2, json!({}))).await?;
     settled(&env, "keep", 2).await?;
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     pools.delete("keep", &DeleteParams::orphan()).await?;
@@ -323,7 +323,9 @@ async fn deleting_a_pool_with_cascade_orphan_leaves_its_members() -> anyhow::Res
 async fn the_pool_walkthrough_works_as_written() -> anyhow::Result<()> {
     let env = TestEnv::start("pool-walkthrough").await?;
     env.install_crds().await?;
-    let _cp = ControlPlane::start(&env)?;
+    // The walkthrough's objects carry no installation label, as a user writes them: the
+    // default installation acts on them (the only one of this suite's tests that runs it).
+    let _cp = ControlPlane::start_with(&env, |o| o.installation = Default::default())?;
     let ns = env.ns.clone();
     apply(&env.client, json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
         "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}})).await?;
@@ -388,7 +390,7 @@ async fn a_selector_that_does_not_match_the_template_makes_no_member_and_says_wh
     fixtures(&env).await?;
     let mut odd = pool(&env, "odd", 2, json!({}));
     odd["spec"]["selector"] = json!({"matchLabels": {"app": "something-else"}});
-    apply(&env.client, odd).await?;
+    env.apply(odd).await?;
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     let failed = wait_for(&pools, "odd", 30, "ReplicaFailure InvalidSelector", |p: Option<&VirtualMachinePool>| {
         p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ReplicaFailure" && c.reason == "InvalidSelector"))
@@ -406,7 +408,7 @@ async fn a_paused_pool_changes_nothing_until_it_is_unpaused() -> anyhow::Result<
     env.install_crds().await?;
     let _cp = ControlPlane::start(&env)?;
     fixtures(&env).await?;
-    apply(&env.client, pool(&env, "calm", 2, json!({}))).await?;
+    env.apply(pool(&env, "calm", 2, json!({}))).await?;
     settled(&env, "calm", 2).await?;
     let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
     pools.patch("calm", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true, "replicas": 4}}))).await?;

@@ -16,7 +16,7 @@ use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{machines, names, proxmox_fixtures, provider_class, pve_vm, secret, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, PVE, VCENTER};
-use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use anyhow::Context as _;
 use base64::Engine as _;
@@ -119,8 +119,8 @@ async fn a_vm_lives_and_dies_on_vsphere() -> anyhow::Result<()> {
     assert_eq!(fd.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("DC0_C0"));
     assert!(provider_ready(&p).unwrap().2.contains("vCenter"), "the backend's version: {:?}", provider_ready(&p));
 
-    apply(&env.client, secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
-    apply(&env.client, vm(&env, "web", &n, VCENTER, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    env.apply(secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
+    env.apply(vm(&env, "web", &n, VCENTER, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
     // vcsim's stand-in for VMware Tools reports the guest address within 50 ms of power-on, so the
     // VM must show it within seconds: a Machine WaitingForAddress is described again after
     // machine::SETTLING_MIN, not only at RESYNC (300 s).
@@ -214,8 +214,8 @@ async fn a_vm_lives_and_dies_on_proxmox() -> anyhow::Result<()> {
     let fds: Vec<String> = p.status.clone().unwrap_or_default().failure_domains.into_iter().map(|f| f.name).collect();
     assert_eq!(fds, ["pve1", "pve2"], "fakepve's nodes");
 
-    apply(&env.client, secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
-    apply(&env.client, pve_vm(&env, "web", &n, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    env.apply(secret(&env, "web-user-data", &[("user-data", USER_DATA)])).await?;
+    env.apply(pve_vm(&env, "web", &n, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
     // fakepve's guest agent answers only for its pre-seeded VMs, never for a fresh clone: the VM
     // is Ready (provisioned, powered on as asked) but its phase stays WaitingForAddress.
     let ready = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
@@ -281,7 +281,7 @@ async fn a_crash_after_the_clone_before_the_status_write_makes_no_second_vm() ->
     let machines = machines(&env, "VSphere");
     wait_provider(&providers, VCENTER, 60, "True", None).await?;
 
-    apply(&env.client, vm(&env, "crashy", &n, VCENTER, json!({}))).await?;
+    env.apply(vm(&env, "crashy", &n, VCENTER, json!({}))).await?;
     let uid = wait_for(&machines, "crashy", 60, "Machine exists", |m: Option<&DynamicObject>| m.is_some()).await?.uid().expect("uid");
     // vcsim is the backend's own API: no watch exists, so poll it (bounded) and kill the control
     // plane the moment the VM with the Machine's UID exists, whatever the Machine's status says.
@@ -378,7 +378,7 @@ async fn a_stopped_vcenter_makes_its_provider_and_machines_unavailable() -> anyh
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let machines = machines(&env, "VSphere");
     wait_provider(&providers, VCENTER, 60, "True", None).await?;
-    apply(&env.client, vm(&env, "early", &n, VCENTER, json!({}))).await?;
+    env.apply(vm(&env, "early", &n, VCENTER, json!({}))).await?;
     wait_for(&vms, "early", 90, "Ready", is_ready).await?;
 
     vc.stop();
@@ -402,7 +402,7 @@ async fn a_stopped_vcenter_makes_its_provider_and_machines_unavailable() -> anyh
     assert!(vm_condition(&v, "Ready").unwrap().2.contains(&endpoint));
 
     // A VM applied now is not placed on the unavailable Provider, and says why.
-    apply(&env.client, vm(&env, "late", &n, VCENTER, json!({}))).await?;
+    env.apply(vm(&env, "late", &n, VCENTER, json!({}))).await?;
     let v = wait_for(&vms, "late", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
         v.and_then(|v| vm_condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
     })
@@ -438,8 +438,8 @@ async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow:
 
     // An image whose template vcsim does not have.
     let missing = Names { image: format!("{}-missing-template", env.ns), ..names(&env, "vsphere") };
-    apply(&env.client, vm_image(&missing.image, &n.provider_class, "no-such-template")).await?;
-    apply(&env.client, vm(&env, "orphan", &missing, VCENTER, json!({}))).await?;
+    env.apply(vm_image(&missing.image, &n.provider_class, "no-such-template")).await?;
+    env.apply(vm(&env, "orphan", &missing, VCENTER, json!({}))).await?;
     let m = wait_for(&machines, "orphan", 60, "Machine Ready=False InvalidSpec", |m: Option<&DynamicObject>| {
         m.and_then(|m| machine_condition(m, "Ready")).is_some_and(|(s, r, _)| s == "False" && r == "InvalidSpec")
     })
@@ -457,8 +457,8 @@ async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow:
     // A class whose disk needs `ghost`, which the Provider maps to a datastore vcsim lacks: the
     // probe does not offer it, so the VM is placed nowhere.
     let ghost = Names { vm_class: format!("{}-ghost", env.ns), ..names(&env, "vsphere") };
-    apply(&env.client, vm_class(&ghost.vm_class, 1, 512, 4, "ghost", 10)).await?;
-    apply(&env.client, vm(&env, "ghostly", &ghost, VCENTER, json!({}))).await?;
+    env.apply(vm_class(&ghost.vm_class, 1, 512, 4, "ghost", 10)).await?;
+    env.apply(vm(&env, "ghostly", &ghost, VCENTER, json!({}))).await?;
     let v = wait_for(&vms, "ghostly", 30, "NoCandidates", |v: Option<&VirtualMachine>| {
         v.and_then(|v| vm_condition(v, "Scheduled")).is_some_and(|(s, r, _)| s == "False" && r == "NoCandidates")
     })
@@ -532,11 +532,11 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
                         "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
         libvirtd_provider(&env, lv, KVM, &libvirt_class),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
     let n = Names { provider_class: vsphere.clone(), vm_class: class.clone(), image: image.clone() };
-    apply(&env.client, vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}}))).await?;
+    env.apply(vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}}))).await?;
 
     // vSphere.
     let on_vc = ready_on(&vms, "roamer", VCENTER).await?;
@@ -635,7 +635,7 @@ async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names
                "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
         libvirtd_provider(env, lv, KVM, &n.provider_class),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     Ok(n)
 }
@@ -651,8 +651,8 @@ async fn a_vm_boots_on_libvirtd_with_its_user_data_and_shows_its_address() -> an
     let lv = Libvirtd::shared()?;
     let _cp = ControlPlane::start(&env)?;
     let n = libvirtd_fixtures(&env, lv).await?;
-    apply(&env.client, secret(&env, "web-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: hello-from-user-data\n")])).await?;
-    apply(&env.client, vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    env.apply(secret(&env, "web-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: hello-from-user-data\n")])).await?;
+    env.apply(vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let ready = wait_for(&vms, "web", BOOT_SECS, "Ready with an address", |v: Option<&VirtualMachine>| {
         is_ready(v) && v.is_some_and(|v| !vm_addresses(v).is_empty())
@@ -725,7 +725,7 @@ async fn sigkill_in_the_middle_of_create_and_of_delete_leaves_one_domain_then_no
 
     // Create, killed as soon as libvirtd holds the first thing the create makes (the root overlay).
     let banlieue = BanlieueProcess::start(&env)?;
-    apply(&env.client, vm(&env, "crash", &n, KVM, json!({}))).await?;
+    env.apply(vm(&env, "crash", &n, KVM, json!({}))).await?;
     // (Polled on a libvirt connection of the test's own, every millisecond: virsh is too slow to
     // catch the create before it defines the domain.)
     let conn = banlieue_libvirt::Connections::new().get(&lv.uri).await?;
@@ -781,14 +781,14 @@ async fn a_provider_operation_limit_makes_its_vms_take_turns_on_libvirtd() -> an
     let n = libvirtd_fixtures(&env, lv).await?;
     let mut provider = libvirtd_provider(&env, lv, KVM, &n.provider_class);
     provider["spec"]["limits"] = json!({"maxConcurrentOperations": 1, "operationsPerSecond": 100});
-    apply(&env.client, provider).await?;
+    env.apply(provider).await?;
 
     // libvirtd's own account of what happens, subscribed before the first VM.
     let mut events = EventLog::subscribe(lv, env.dir(), &format!("{}_sentinel", env.ns)).await?;
 
     let names: Vec<String> = (0..4).map(|i| format!("turn-{i}")).collect();
     for name in &names {
-        apply(&env.client, vm(&env, name, &n, KVM, json!({"powerOffMode": "Hard"}))).await?;
+        env.apply(vm(&env, name, &n, KVM, json!({"powerOffMode": "Hard"}))).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     for name in &names {
@@ -880,7 +880,7 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
         }
     }
     for name in of_a.iter().chain(&of_b) {
-        apply(&env.client, libvirtd_provider(&env, lv, name, &n.provider_class)).await?;
+        env.apply(libvirtd_provider(&env, lv, name, &n.provider_class)).await?;
     }
     let mut events = EventLog::subscribe(lv, env.dir(), &format!("{}_sentinel", env.ns)).await?;
     let off = json!({"desiredPowerState": "PoweredOff", "powerOffMode": "Hard"});
@@ -888,7 +888,7 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
     let mut names = Vec::new();
     for provider in of_a.iter().chain(&of_b) {
         let name = format!("{provider}-vm");
-        apply(&env.client, vm(&env, &name, &n, provider, off.clone())).await?;
+        env.apply(vm(&env, &name, &n, provider, off.clone())).await?;
         names.push(name);
     }
     for name in &names {
@@ -904,7 +904,7 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
     let mut late = Vec::new();
     for provider in &of_a {
         let name = format!("{provider}-late");
-        apply(&env.client, vm(&env, &name, &n, provider, off.clone())).await?;
+        env.apply(vm(&env, &name, &n, provider, off.clone())).await?;
         late.push(name);
     }
     let libvirt_machines = machines(&env, "Libvirt");

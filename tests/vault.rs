@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::{Provider, VirtualMachine};
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::openbao::OpenBao;
-use banlieue_tests::control::{apply, wait_for, ControlPlane};
+use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Event, Secret};
@@ -106,7 +106,7 @@ async fn a_provider_with_credentials_in_openbao_follows_rotation_revocation_and_
     bao.enable_approle().await?;
     let (role_id, secret_id) = bao.create_approle("banlieue", &["pve-read"], 4).await?;
     for object in objects(&env, &class, &bao, &pve, &role_id, &secret_id, "infra/pve", &["username", "password"]) {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     let providers: Api<Provider> = Api::namespaced(env.client.clone(), &ns);
     wait_for(&providers, "pve", 60, "Ready (credentials from OpenBao)", |p: Option<&Provider>| ready(p, "True", "Probed")).await?;
@@ -137,7 +137,7 @@ async fn a_provider_with_credentials_in_openbao_follows_rotation_revocation_and_
                         "placement": {"providerRef": {"name": "pve"},
                                       "failureDomainSelector": {"matchLabels": {"banlieue.io/failure-domain": "pve1"}}}}}),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
     let vm_ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
@@ -212,7 +212,7 @@ path "kv1/*" { capabilities = ["read"] }"#).await?;
 
     // A path with nothing there.
     for object in objects(&env, &class, &bao, &pve, &role_id, &secret_id, "infra/nothing-here", &["username", "password"]) {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     let p = wait_for(&providers, "pve", 60, "Ready=False (no such path)", not_ready).await?;
     assert!(ready(Some(&p), "False", "CredentialsNotFound") && ready_message(&p).contains("infra/nothing-here"), "names the path: {}", ready_message(&p));

@@ -60,7 +60,7 @@ async fn run_once(lv: &Libvirtd, vms: usize) -> anyhow::Result<BTreeMap<String, 
     let _cp = ControlPlane::start(&target)?;
     let ns = target.ns.clone();
     let file = target.dir().join("bootstrap.yaml");
-    std::fs::write(&file, config(&ns, lv, vms))?;
+    std::fs::write(&file, config(&ns, target.installation().instance(), lv, vms))?;
     let data = target.dir().join("data");
     // Watch the new cluster from before the move: adopted = every VM seen Ready there.
     let api: Api<VirtualMachine> = Api::namespaced(target.client.clone(), &ns);
@@ -70,6 +70,7 @@ async fn run_once(lv: &Libvirtd, vms: usize) -> anyhow::Result<BTreeMap<String, 
     let out = tokio::time::timeout(
         Duration::from_secs(600),
         tokio::process::Command::new(banlieue()?)
+            .env("BANLIEUE_INSTANCE", target.installation().instance().unwrap_or_default())
             .args(["bootstrap", "--metrics-addr", "127.0.0.1:0", "--timeout", "300", "--config"])
             .arg(&file)
             .arg("--data-dir")

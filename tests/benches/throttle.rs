@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::VirtualMachine;
 use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_tests::bench::{env_or, median};
-use banlieue_tests::control::{apply, ControlPlane};
+use banlieue_tests::control::ControlPlane;
 use banlieue_tests::TestEnv;
 use futures::StreamExt;
 use kube::api::Api;
@@ -35,7 +35,7 @@ async fn round(lv: &Libvirtd, vms: usize, limits: Value) -> anyhow::Result<(usiz
     let _cp = ControlPlane::start(&env)?;
     let ns = env.ns.clone();
     // The bootstrap tests' config: class, image, Provider `kvm`, VMs `mgmt-<i>` (hard power-off).
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&banlieue_tests::bootstrap::config(&ns, lv, vms))
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&banlieue_tests::bootstrap::config(&ns, env.installation().instance(), lv, vms))
         .map(|d| serde::Deserialize::deserialize(d).map_err(anyhow::Error::from))
         .collect::<anyhow::Result<_>>()?;
     let (vm_docs, mut others): (Vec<Value>, Vec<Value>) = docs.into_iter().partition(|d| d["kind"] == "VirtualMachine");
@@ -43,14 +43,14 @@ async fn round(lv: &Libvirtd, vms: usize, limits: Value) -> anyhow::Result<(usiz
         if d["kind"] == "Provider" {
             d["spec"]["limits"] = limits.clone();
         }
-        apply(&env.client, d.clone()).await?;
+        env.apply(d.clone()).await?;
     }
     let mut events = EventLog::subscribe(lv, env.dir(), &format!("{ns}_sentinel")).await?;
     let api: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &ns);
     let mut stream = watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
     let start = Instant::now();
     for d in vm_docs {
-        apply(&env.client, d).await?;
+        env.apply(d).await?;
     }
     let mut seen = std::collections::BTreeSet::new();
     tokio::time::timeout(Duration::from_secs(600), async {

@@ -8,7 +8,6 @@ use base64::Engine as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
 
-use crate::control::apply;
 use crate::TestEnv;
 
 pub const VCENTER: &str = "vcenter";
@@ -74,7 +73,7 @@ pub async fn vsphere_fixtures_at(env: &TestEnv, endpoint: &str, password: &str) 
                         "capabilities": {"storageClasses": {"standard": "LocalDS_0", "ghost": "no-such-datastore"},
                                          "networkClasses": {"default": "VM Network"}}}}),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     Ok(n)
 }
@@ -109,7 +108,7 @@ pub async fn proxmox_fixtures(env: &TestEnv, pve: &FakePve, password: &str, endp
                "spec": {"providerClassRef": {"name": n.provider_class}, "connection": connection,
                         "capabilities": {"storageClasses": {"standard": "local-lvm"}, "networkClasses": {"default": "vmbr0"}}}}),
     ] {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     Ok(n)
 }

@@ -17,7 +17,8 @@ pub fn banlieue() -> anyhow::Result<PathBuf> {
 /// A `banlieue bootstrap` config: the libvirt class and Provider `kvm`, a class, the test guest as
 /// image, and `count` management VMs `mgmt-<i>` with their user-data (powered off hard: the
 /// test guest may not have booted far enough to answer ACPI when a test deletes it).
-pub fn config(ns: &str, lv: &Libvirtd, count: usize) -> String {
+/// Every object is labelled for banlieue installation `instance` when one is given.
+pub fn config(ns: &str, instance: Option<&str>, lv: &Libvirtd, count: usize) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let mut docs = vec![format!(
         "apiVersion: banlieue.io/v1alpha1\nkind: ProviderClass\nmetadata: {{name: {ns}-lv}}\nspec:\n  component: {{source: builtin:provider-libvirt}}\n  infrastructureKind: Libvirt\n  capabilities: {{libvirt: true}}\n\
@@ -36,5 +37,9 @@ pub fn config(ns: &str, lv: &Libvirtd, count: usize) -> String {
 ---\napiVersion: banlieue.io/v1alpha1\nkind: VirtualMachine\nmetadata: {{name: mgmt-{i}, namespace: {ns}}}\nspec:\n  classRef: {{name: {ns}-small}}\n  imageRef: {{name: {ns}-guest}}\n  placement: {{providerRef: {{name: kvm}}}}\n  powerOffMode: Hard\n  userData: {{name: mgmt-{i}-user-data, key: user-data}}\n"
         ));
     }
-    docs.join("---\n")
+    let config = docs.join("---\n");
+    match instance {
+        Some(i) => config.replace("metadata: {name: ", &format!("metadata: {{labels: {{{}: {i}}}, name: ", banlieue_api::INSTANCE_LABEL)),
+        None => config,
+    }
 }

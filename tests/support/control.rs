@@ -96,10 +96,11 @@ impl ControlPlane {
 
     /// The same, with every role's options adjusted by `adjust`.
     pub async fn start_as_installed_with(env: &TestEnv, adjust: impl Fn(&mut Options)) -> anyhow::Result<ControlPlane> {
+        // Leases live there (a fresh real cluster has no such namespace: no shard was ever taken).
+        env.create_namespace(crate::SYSTEM_NAMESPACE).await?;
         if env.embedded().is_none() {
             return Self::start_with(env, adjust);
         }
-        env.create_namespace(crate::SYSTEM_NAMESPACE).await?;
         let rbac = repo_root().join("deploy/base/rbac.yaml");
         env.kubectl(&["apply", "--server-side", "--field-manager=banlieue-install", "-f", &rbac.to_string_lossy()]).await?;
         Self::start_as_service_accounts_with(env, |_, o| adjust(o)).await
@@ -133,6 +134,7 @@ fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
         image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 1 << 30, schemes: vec!["http".into(), "https".into()] }),
         leader_election: false,
         namespace: TestEnv::external().then(|| env.ns.clone()),
+        installation: env.installation(),
         ..Options::default()
     })
 }
@@ -218,23 +220,23 @@ pub fn libvirt_test_node(dir: &std::path::Path, name: &str, cpus: u32, memory_gi
 pub async fn libvirt_fixtures(env: &TestEnv, providers: &[(&str, &str)]) -> anyhow::Result<()> {
     let ns = &env.ns;
     let mut objects = vec![
-        serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
+        serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": env.libvirt_class()},
                "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
         serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{ns}-small")},
                "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
                         "nics": [{"name": "eth0", "networkClass": "default"}]}}),
         serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": format!("{ns}-debian")},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/var/lib/images/debian.qcow2"}]}}),
+               "spec": {"sources": [{"providerClass": env.libvirt_class(), "backingFile": "/var/lib/images/debian.qcow2"}]}}),
     ];
     for (name, uri) in providers {
         objects.push(serde_json::json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": ns},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+               "spec": {"providerClassRef": {"name": env.libvirt_class()}, "connection": {"endpoint": uri},
                         "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
                         // libvirt's test driver needs no protection (tests of the throttle use libvirtd).
                         "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}));
     }
     for object in objects {
-        apply(&env.client, object).await?;
+        env.apply(object).await?;
     }
     Ok(())
 }

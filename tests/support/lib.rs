@@ -33,6 +33,11 @@ pub struct TestEnv {
     pub kubeconfig: PathBuf,
     /// A namespace created for this test (deleted when the test ends on a real cluster).
     pub ns: String,
+    /// A banlieue installation name of this test's own (`banlieue.io/instance`). On a shared
+    /// cluster the test's control planes are that installation ([`TestEnv::installation`]):
+    /// they act only on objects carrying it, so tests never act on each other's
+    /// cluster-scoped objects; [`TestEnv::apply`] labels what a test applies.
+    pub instance: String,
     server: Option<banlieue_apiserver::ApiServer>,
     dir: tempfile::TempDir,
 }
@@ -68,8 +73,8 @@ impl TestEnv {
             }
         };
         let client = client_for(&kubeconfig).await?;
-        let ns = format!("{}-{}", test.replace('_', "-"), &uuid_suffix());
-        let env = TestEnv { client, kubeconfig, ns, server, dir };
+        let (ns, instance) = names(test);
+        let env = TestEnv { client, kubeconfig, ns, instance, server, dir };
         env.create_namespace(&env.ns).await?;
         Ok(env)
     }
@@ -79,10 +84,38 @@ impl TestEnv {
     pub async fn connect(test: &str, kubeconfig: &Path) -> anyhow::Result<TestEnv> {
         let _ = tracing_init();
         let client = client_for(kubeconfig).await?;
-        let ns = format!("{}-{}", test.replace('_', "-"), &uuid_suffix());
-        let env = TestEnv { client, kubeconfig: kubeconfig.to_path_buf(), ns, server: None, dir: tempfile::tempdir()? };
+        let (ns, instance) = names(test);
+        let env = TestEnv { client, kubeconfig: kubeconfig.to_path_buf(), ns, instance, server: None, dir: tempfile::tempdir()? };
         env.create_namespace(&env.ns).await?;
         Ok(env)
+    }
+
+    /// The installation of this test's control planes: its own on a shared cluster; on
+    /// its own embedded server, the default one (as installed from `deploy/`, whose RBAC
+    /// names the default installation's Leases: the suites that run the roles as their
+    /// ServiceAccounts depend on it). `tests/installations.rs` runs named ones on both.
+    pub fn installation(&self) -> banlieue_controller::installation::Installation {
+        let name = Self::external().then_some(self.instance.as_str());
+        banlieue_controller::installation::Installation::new(name).expect("test instance names are valid")
+    }
+
+    /// `object` labelled as belonging to this test's installation (unchanged for the default one).
+    pub fn own(&self, mut object: serde_json::Value) -> serde_json::Value {
+        if let Some(instance) = self.installation().instance() {
+            object["metadata"]["labels"][banlieue_api::INSTANCE_LABEL] = serde_json::Value::String(instance.to_string());
+        }
+        object
+    }
+
+    /// Server-side apply `object` as this test's, labelled for its installation.
+    pub async fn apply(&self, object: serde_json::Value) -> anyhow::Result<()> {
+        control::apply(&self.client, self.own(object)).await
+    }
+
+    /// The name of this test's ProviderClass for the built-in libvirt driver (cluster-scoped
+    /// names are shared by every test on a cluster; each test's installation has its own).
+    pub fn libvirt_class(&self) -> String {
+        format!("{}-libvirt", self.ns)
     }
 
     pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
@@ -204,11 +237,10 @@ impl Drop for TestEnv {
                 kubectl(&["patch", "-n", &self.ns, &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
             }
             kubectl(&["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"]);
-            let prefix = format!("/{}", self.ns);
-            for object in names(kubectl(&["get", "vmclasses,vmimages,providerclasses,placementpolicies", "-o", "name"])) {
-                if object.contains(&prefix) {
-                    kubectl(&["delete", &object, "--wait=false", "--ignore-not-found"]);
-                }
+            let mine = format!("{}={}", banlieue_api::INSTANCE_LABEL, self.instance);
+            for object in names(kubectl(&["get", "vmclasses,vmimages,providerclasses,placementpolicies", "-l", &mine, "-o", "name"])) {
+                kubectl(&["patch", &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+                kubectl(&["delete", &object, "--wait=false", "--ignore-not-found"]);
             }
         }
     }
@@ -261,6 +293,12 @@ where
 {
     let _ = api.delete(name, &DeleteParams::default()).await;
     await_deleted(api, name).await
+}
+
+/// A test's namespace and installation names, unique on a shared cluster.
+fn names(test: &str) -> (String, String) {
+    let suffix = uuid_suffix();
+    (format!("{}-{suffix}", test.replace('_', "-")), format!("test-{suffix}"))
 }
 
 fn uuid_suffix() -> String {

@@ -25,16 +25,23 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
-/// Optional objects (`Option<Struct>`) come out of schemars as `nullable: true`. Servers
-/// before 1.28 cannot express that in OpenAPI v2 and publish such a field without its
-/// `properties`, so `kubectl explain` and client-side validation see nothing inside it.
-/// Without the flag, a `null` sent for the field is pruned, which is all banlieue needs.
+/// Two things schemars emits for `Option<…>` that servers before 1.28 publish badly in
+/// OpenAPI v2, so that kubectl's client-side validation against them fails:
+/// - optional objects come out as `nullable: true`: such a field is published without its
+///   `properties`, so `kubectl explain` and validation see nothing inside it;
+/// - optional enums list `null` among their values: kubectl refuses the whole manifest
+///   (`unknown object type "nil" in ….enum[2]`) — `kubectl apply -k deploy/` failed on 1.24.
+///
+/// Without either, a `null` sent for such a field is pruned, which is all banlieue needs.
 pub fn without_nullable_objects(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn walk(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(map) => {
                 if map.get("type").and_then(|t| t.as_str()) == Some("object") && map.get("nullable") == Some(&serde_json::Value::Bool(true)) {
                     map.remove("nullable");
+                }
+                if let Some(serde_json::Value::Array(values)) = map.get_mut("enum") {
+                    values.retain(|v| !v.is_null());
                 }
                 map.values_mut().for_each(walk);
             }
@@ -67,4 +74,39 @@ pub fn rendered_files() -> Vec<(String, String)> {
     }
     files.push(("kustomization.yaml".into(), kustomization));
     files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kubectl validating against a 1.24 server refuses a manifest whose schema lists
+    /// `null` among an enum's values; every optional enum of banlieue's kinds did.
+    #[test]
+    fn no_schema_lists_null_among_enum_values() {
+        fn nulls(v: &serde_json::Value, path: &str, found: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    if let Some(serde_json::Value::Array(values)) = map.get("enum")
+                        && values.iter().any(|v| v.is_null())
+                    {
+                        found.push(path.to_string());
+                    }
+                    map.iter().for_each(|(k, v)| nulls(v, &format!("{path}.{k}"), found));
+                }
+                serde_json::Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| nulls(v, &format!("{path}[{i}]"), found)),
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        for crd in all_crds() {
+            nulls(&serde_json::to_value(&crd).unwrap(), crd.metadata.name.as_deref().unwrap(), &mut found);
+        }
+        assert!(found.is_empty(), "enums listing null: {found:#?}");
+        // The optional enums keep their values.
+        let machine = infrastructure_crds("Libvirt").unwrap().into_iter().find(|c| c.spec.names.kind == "LibvirtMachine").unwrap();
+        let schema = serde_json::to_value(&machine.spec.versions[0].schema).unwrap();
+        let format = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["vm"]["properties"]["userDataFormat"];
+        assert!(format["enum"].as_array().is_some_and(|v| !v.is_empty()), "userDataFormat: {format}");
+    }
 }

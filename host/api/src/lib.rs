@@ -17,3 +17,6 @@ pub use vm::{VirtualMachine, VirtualMachinePool, VirtualMachineSpec};
 pub const GROUP: &str = "banlieue.io";
 /// The one served version.
 pub const VERSION: &str = "v1alpha1";
+/// The label naming the banlieue installation an object belongs to (`--instance`);
+/// objects without it belong to the default installation.
+pub const INSTANCE_LABEL: &str = "banlieue.io/instance";

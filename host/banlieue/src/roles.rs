@@ -65,6 +65,12 @@ pub struct RoleArgs {
     /// default every namespace.
     #[arg(long)]
     pub namespace: Option<String>,
+    /// The installation this process belongs to: it acts only on objects labelled
+    /// `banlieue.io/instance=NAME` (and its Leases carry the name), so two installations
+    /// share a cluster without acting on each other's objects. Unset: the default
+    /// installation, which acts only on objects without that label.
+    #[arg(long, env = "BANLIEUE_INSTANCE")]
+    pub instance: Option<String>,
 }
 
 impl RoleArgs {
@@ -123,14 +129,16 @@ impl RoleArgs {
                 .clone()
                 .map(|registry| ImageBuildOptions { registry, exporter_image: self.image_build_exporter_image.clone() }),
             namespace: self.namespace.clone(),
+            installation: banlieue_controller::installation::Installation::new(self.instance.as_deref()).map_err(|e| anyhow::anyhow!("--instance: {e}"))?,
             ..Options::default()
         })
     }
 }
 
 pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    // Flags first: a bad one is named before the cluster is even looked for.
     let mut options = args.options()?;
+    let client = kube::Client::try_default().await?;
     // Only the imagebuilder role keeps images.
     if !roles.imagebuilder {
         options.image_cache = None;

@@ -156,6 +156,7 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
     let class = kube::Api::<banlieue_api::ProviderClass>::all(ctx.client.clone())
         .get_opt(class_name)
         .await
+        .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
         .map_err(|e| crate::reasons::api_failure(&e))?;
     backend_of_class(ctx, provider, class.as_ref(), object).await
 }

@@ -28,11 +28,12 @@ pub fn cluster_resource(prefix: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, &format!("{}clusters", prefix.to_ascii_lowercase()))
 }
 
-/// Each infrastructure kind prefix, once, as ProviderClasses declaring it appear.
-pub fn watch(client: kube::Client) -> impl Stream<Item = String> + Send {
+/// Each infrastructure kind prefix, once, as ProviderClasses (of the installation:
+/// `scope`) declaring it appear.
+pub fn watch(client: kube::Client, scope: watcher::Config) -> impl Stream<Item = String> + Send {
     let classes: Api<ProviderClass> = Api::all(client);
     let mut seen = HashSet::new();
-    watcher(classes, watcher::Config::default())
+    watcher(classes, scope)
         .retried()
         .applied_objects()
         .filter_map(move |class| {
@@ -55,13 +56,13 @@ pub type Stop = futures::future::Shared<std::pin::Pin<Box<dyn Future<Output = ()
 
 /// Run `start(prefix, stop)` for each infrastructure kind as it appears, until `stop`
 /// resolves and every started reconciler has finished.
-pub async fn per_kind<F, Fut>(client: kube::Client, stop: impl Future<Output = ()> + Send + Sync + 'static, start: F)
+pub async fn per_kind<F, Fut>(client: kube::Client, scope: watcher::Config, stop: impl Future<Output = ()> + Send + Sync + 'static, start: F)
 where
     F: Fn(String, Stop) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let stop: Stop = futures::FutureExt::shared(Box::pin(stop) as std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
-    let mut kinds = watch(client).boxed();
+    let mut kinds = watch(client, scope).boxed();
     let mut running = tokio::task::JoinSet::new();
     loop {
         tokio::select! {

@@ -19,7 +19,9 @@ pub mod conditions;
 mod finalizer;
 pub mod grants;
 pub mod images;
+pub mod in_use;
 pub mod infra_kinds;
+pub mod installation;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
@@ -112,6 +114,8 @@ pub struct Options {
     /// Split the `controller` and `provider` roles' work across replicas by shard leases
     /// instead of one leader per role ([`shards`]); `None`: one leader does it all.
     pub sharding: Option<shards::Sharding>,
+    /// The installation this process belongs to: the objects it acts on ([`installation`]).
+    pub installation: installation::Installation,
 }
 
 impl Default for Options {
@@ -131,6 +135,7 @@ impl Default for Options {
             image_cache: None,
             image_build: None,
             sharding: None,
+            installation: installation::Installation::default(),
         }
     }
 }
@@ -189,6 +194,8 @@ pub struct Context {
     pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
+    /// Which Machines use which Provider, for in-use protection ([`in_use`]).
+    pub(crate) in_use: in_use::State,
     /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
     pub throttles: throttle::Throttles,
     /// The shards this replica acts on, when the work is sharded.
@@ -222,9 +229,15 @@ impl Context {
             vault: vault::Clients::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
+            in_use: in_use::State::default(),
             throttles: throttle::Throttles::default(),
             shards,
         }))
+    }
+
+    /// A watch of this installation's objects (see [`installation`]).
+    pub fn scope(&self) -> kube::runtime::watcher::Config {
+        self.options.installation.watch(None)
     }
 
     /// The API of a namespaced kind over the namespaces this process watches.
@@ -346,11 +359,13 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             (false, false) => None,
         };
         if let Some(group) = group {
+            // Another installation's replicas split their own shards, under other Lease names.
+            let group = ctx.options.installation.lease(group);
             let (shards, client, identity) = (shards.clone(), ctx.client.clone(), ctx.options.identity.clone());
             let stop = stopped();
             // In the role set: a killed process's leases are no longer renewed.
             tasks.spawn(async move {
-                shards.run(client, group, identity, sharding.lease_duration, stop).await;
+                shards.run(client, &group, identity, sharding.lease_duration, stop).await;
                 Ok(())
             });
         }
@@ -365,7 +380,7 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             let mut leadership = None;
             // A sharded role needs no leader: each replica acts only on the shards it holds.
             if ctx.options.leader_election && !sharded {
-                leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &role.lease(), &ctx.options.identity).await);
+                leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &ctx.options.installation.lease(&role.lease()), &ctx.options.identity).await);
             }
             let lost = async {
                 match &mut leadership {

@@ -58,21 +58,23 @@ struct Kind {
 
 /// Start a reconciler for every `<Kind>Machine` as ProviderClasses declare kinds.
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    infra_kinds::per_kind(ctx.client.clone(), stop, |kind, stop| reconcile_kind(ctx.clone(), kind, stop)).await;
+    infra_kinds::per_kind(ctx.client.clone(), ctx.scope(), stop, |kind, stop| reconcile_kind(ctx.clone(), kind, stop)).await;
     Ok(())
 }
 
 async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = infra_kinds::machine_resource(&prefix);
     tracing::info!(kind = %resource.kind, "reconciling machines");
-    let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource, Default::default());
+    let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource, None);
     // Everything that talks to one backend runs in the replica holding its Provider's shard.
     let frame = frame.sharded_by(shard_key);
-    let (providers, provider_changes) = cached(ctx.watched::<Provider>());
-    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
+    let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
+    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()), ctx.scope());
     let provider_changes = provider_changes.filter(wakes_machines(providers.clone()));
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
+    // The Provider reconciler counts a deleted Provider's Machines here (`in_use`).
+    ctx.in_use.add_cache(store.clone());
     controller
         // A ProviderClass reaches machines through their Provider's probe; this stream only keeps the cache.
         .watches_stream(provider_class_changes, |_| std::iter::empty::<ObjectRef<DynamicObject>>())
@@ -104,8 +106,8 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
 /// probe found, a failure's message, becoming unready: machines read only a Provider's spec,
 /// and waking them then only repeats calls a failing backend is spared by their backoff
 /// (`faults_backends` saw a clone retried 24 ms after it failed, for a Provider status write).
-/// kube's `predicate_filter` would not do: a deleted Provider (it has no finalizer) looks the
-/// same as the last copy of it, and is told apart here by its absence from the cache, which
+/// kube's `predicate_filter` would not do: a deleted Provider (gone once its last finalizer
+/// is removed) looks the same as the last copy of it, and is told apart here by its absence from the cache, which
 /// the reflector updated before the event came on.
 fn wakes_machines(providers: Store<Provider>) -> impl FnMut(&Result<Provider, kube::runtime::watcher::Error>) -> std::future::Ready<bool> + Send {
     let mut seen: HashMap<ObjectRef<Provider>, (Option<u64>, bool)> = HashMap::new();

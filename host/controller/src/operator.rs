@@ -32,9 +32,9 @@ struct Frames {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (stop_a, stop_b) = split(stop);
-    let (store, changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()));
+    let (store, changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()), ctx.scope());
     let classes = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
-    let (store, changes) = cached(Api::<PlacementPolicy>::all(ctx.client.clone()));
+    let (store, changes) = cached(Api::<PlacementPolicy>::all(ctx.client.clone()), ctx.scope());
     let policies = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
     let frames = Arc::new(Frames {
         ctx: ctx.clone(),

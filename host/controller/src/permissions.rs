@@ -90,6 +90,9 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             // Read from caches (the machine path looks its Provider up there).
             rule(BANLIEUE, &["providers"], WATCH),
             rule(BANLIEUE, &["providers/status"], &["patch"]),
+            // In-use protection: each Provider's finalizer, and the record of the Secret it
+            // protects (`in_use`); and, below, the finalizer on that Secret.
+            rule(BANLIEUE, &["providers"], &["patch"]),
             rule(BANLIEUE, &["providerclasses"], READ),
             rule(INFRASTRUCTURE, &["*"], &["list", "watch", "patch"]),
             // A CAPI Cluster's `spec.paused` pauses its machines.
@@ -114,6 +117,11 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
     // Secrets are read one by one, by name, when a banlieue object references them:
     // user-data, Provider credentials, registry pull secrets. Never listed or watched.
     rules.push(rule("", &["secrets"], &["get"]));
+    if role == Role::Provider {
+        // A Provider's credentials Secret carries its in-use finalizer, added and removed by
+        // name (a patch of `metadata.finalizers` only, never of the data).
+        rules.push(rule("", &["secrets"], &["patch"]));
+    }
     rules.push(rule("", &["events"], &["create"]));
     rules
 }

@@ -45,7 +45,7 @@ struct Probes {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let (store, changes) = crate::reconciler::cached(ctx.watched::<Provider>());
+    let (store, changes) = crate::reconciler::cached(ctx.watched::<Provider>(), ctx.scope());
     let controller = Controller::for_stream(changes, store.clone()).trigger_backoff(crate::reconciler::PerWatch);
     let probes = Arc::new(Probes {
         ctx: ctx.clone(),
@@ -54,7 +54,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         refused: Mutex::default(),
     });
     controller
-        .watches_stream(crate::reconciler::changes(Api::<ProviderClass>::all(ctx.client.clone())), move |class| {
+        .watches_stream(crate::reconciler::changes(Api::<ProviderClass>::all(ctx.client.clone()), ctx.scope()), move |class| {
             let name = class.name_any();
             store
                 .state()
@@ -80,6 +80,12 @@ use crate::reasons::{call_failure, Failure, Reason};
 
 async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome, Error> {
     let ctx = &*probes.ctx;
+    // A deleted Provider is not probed: it waits, kept by its finalizer, until no Machine
+    // needs it to tear down its backend VM (see `in_use`).
+    if provider.metadata.deletion_timestamp.is_some() {
+        return crate::in_use::deleted(ctx, provider, &probes.providers).await;
+    }
+    crate::in_use::protect(ctx, provider, &probes.providers).await;
     let key = crate::key(provider);
     let generation = provider.metadata.generation;
     let mut status = provider.status.clone().unwrap_or_default();

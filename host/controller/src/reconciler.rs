@@ -131,12 +131,13 @@ where
 /// A controller over one dynamic kind (a `<Kind>Machine`, a `<Kind>Cluster`) in the
 /// namespaces this process watches, woken only by what a reconcile acts on (its own
 /// status writes do not wake it); with its cache and its [`Frame`] named `name`, sharded
-/// by each object's own key (a caller may re-key it with [`Frame::sharded_by`]).
+/// by each object's own key (a caller may re-key it with [`Frame::sharded_by`]). Only the
+/// installation's objects, narrowed further by `selector` when given.
 pub fn dynamic_controller(
     ctx: &Arc<Context>,
     name: &'static str,
     resource: &kube::api::ApiResource,
-    config: kube::runtime::watcher::Config,
+    selector: Option<&str>,
 ) -> (kube::runtime::Controller<kube::api::DynamicObject>, Store<kube::api::DynamicObject>, Frame<kube::api::DynamicObject>) {
     use kube::runtime::{watcher, WatchStreamExt};
     let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
@@ -144,7 +145,7 @@ pub fn dynamic_controller(
     // managedFields are most of a server-side-applied object's size, and no reconcile reads them.
     let changes = kube::runtime::reflector(
         writer,
-        watcher(ctx.watched_dynamic(resource), config).modify(|o| o.metadata.managed_fields = None),
+        watcher(ctx.watched_dynamic(resource), ctx.options.installation.watch(selector)).modify(|o| o.metadata.managed_fields = None),
     )
         .retried()
         .touched_objects()
@@ -168,23 +169,25 @@ pub fn shard_gains(ctx: &Context) -> futures::stream::BoxStream<'static, ()> {
 }
 
 /// Each change of `api`'s objects (deletions too), from a [`Retried::retried`] watch: a
-/// controller's trigger with no cache of its own.
-pub fn changes<K>(api: kube::Api<K>) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+/// controller's trigger with no cache of its own. `config` is the installation's scope
+/// ([`crate::installation::Installation::watch`]) for banlieue's kinds.
+pub fn changes<K>(api: kube::Api<K>, config: kube::runtime::watcher::Config) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     use kube::runtime::{watcher, WatchStreamExt};
-    watcher(api, watcher::Config::default()).retried().touched_objects()
+    watcher(api, config).retried().touched_objects()
 }
 
-/// A watch that keeps a cache of `api`'s objects and yields each change.
-pub fn cached<K>(api: kube::Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static)
+/// A watch that keeps a cache of `api`'s objects (those `config` selects: the
+/// installation's) and yields each change.
+pub fn cached<K>(api: kube::Api<K>, config: kube::runtime::watcher::Config) -> (Store<K>, impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     use kube::runtime::{watcher, WatchStreamExt};
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()).modify(|o: &mut K| o.meta_mut().managed_fields = None))
+    let stream = kube::runtime::reflector(writer, watcher(api, config).modify(|o: &mut K| o.meta_mut().managed_fields = None))
         .retried()
         .touched_objects();
     (reader, stream)

@@ -294,6 +294,7 @@ pub async fn decide(
             let pp = Api::<PlacementPolicy>::all(ctx.client.clone())
                 .get_opt(&r.name)
                 .await
+                .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
                 .map_err(|e| api_failure(&e))?
                 .ok_or_else(|| (Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name), false))?;
             (r.name.clone(), ctx.components.policy(&pp).await, pp.spec.parameters.clone())

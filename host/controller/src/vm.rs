@@ -134,7 +134,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (store, writer) = kube::runtime::reflector::store();
     let vm_changes = kube::runtime::reflector(
         writer,
-        watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default()).modify(|vm: &mut VirtualMachine| {
+        watcher(ctx.watched::<VirtualMachine>(), ctx.scope()).modify(|vm: &mut VirtualMachine| {
             vm.metadata.managed_fields = None;
         }),
     )
@@ -161,10 +161,10 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let concerned = by(concerns_vm, store.clone());
     let unscheduled = by(|vm, _, _| unscheduled(vm), store.clone());
     let unscheduled_too = unscheduled.clone();
-    let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()));
-    let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()));
-    let (providers, provider_changes) = cached(ctx.watched::<Provider>());
-    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()));
+    let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()), ctx.scope());
+    let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()), ctx.scope());
+    let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
+    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()), ctx.scope());
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
     let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default(), placing: Default::default() });
     controller
@@ -173,7 +173,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
         .watches_stream(provider_changes, move |o| concerned(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
-        .watches_stream(crate::reconciler::changes(Api::<PlacementPolicy>::all(client.clone())), move |o| unscheduled(o.name_any(), None))
+        .watches_stream(crate::reconciler::changes(Api::<PlacementPolicy>::all(client.clone()), ctx.scope()), move |o| unscheduled(o.name_any(), None))
         .reconcile_all_on(crate::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -228,16 +228,16 @@ fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
 /// Only the owner is read here, so the watch asks for metadata only (the reconcile GETs the Machine).
 async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
-    let mut kinds = infra_kinds::watch(ctx.client.clone()).boxed();
+    let mut kinds = infra_kinds::watch(ctx.client.clone(), ctx.scope()).boxed();
     while let Some(prefix) = kinds.next().await {
         let resource = infra_kinds::machine_resource(&prefix);
         let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
             Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
             None => Api::all_with(ctx.client.clone(), &resource),
         };
-        let tx = tx.clone();
+        let (tx, scope) = (tx.clone(), ctx.scope());
         tokio::spawn(async move {
-            let mut events = crate::reconciler::changes(api).boxed();
+            let mut events = crate::reconciler::changes(api, scope).boxed();
             while let Some(m) = events.next().await {
                 let Ok(m) = m else { continue };
                 let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));
@@ -614,13 +614,16 @@ impl<'a> Reconcile<'a> {
     /// with the machine reconciler's finalizer, saving that reconciler a write of its own.
     async fn apply_machine(&self, resource: &kube::api::ApiResource, spec: InfraMachineSpec, existing: Option<DynamicObject>) -> Result<DynamicObject, Blocked> {
         let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
+        // The Machine belongs to the VM's installation: its provider role acts on it.
+        let mut labels = std::collections::BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
+        self.ctx.options.installation.mark(&mut labels);
         let body = serde_json::json!({
             "apiVersion": resource.api_version,
             "kind": resource.kind,
             "metadata": {
                 "name": self.name,
                 "namespace": self.ns,
-                "labels": { VM_LABEL: self.name },
+                "labels": labels,
                 "ownerReferences": [owner],
                 "finalizers": [crate::machine::FINALIZER],
             },
@@ -633,7 +636,7 @@ impl<'a> Reconcile<'a> {
                 c.remove("providerID");
             }
             let owned = m.owner_references().iter().any(|o| o.uid == owner.uid && o.controller == Some(true));
-            if owned && current == body["spec"] && m.labels().get(VM_LABEL) == Some(&self.name) {
+            if owned && current == body["spec"] && labels.iter().all(|(k, v)| m.labels().get(k) == Some(v)) {
                 return Ok(m);
             }
         }

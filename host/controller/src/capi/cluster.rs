@@ -57,13 +57,13 @@ struct Kind {
 /// Reconcile every `<prefix>Cluster` until `stop`.
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::infra_kinds::cluster_resource(&prefix);
-    let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource, Default::default());
+    let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource, None);
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (in_namespace, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
         // Failure domains follow the namespace's Providers.
-        .watches_stream(crate::reconciler::changes(ctx.watched::<Provider>()), move |p| {
+        .watches_stream(crate::reconciler::changes(ctx.watched::<Provider>(), ctx.scope()), move |p| {
             in_namespace
                 .state()
                 .into_iter()
@@ -121,7 +121,7 @@ async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
                 }
                 (Some(_), None) => {
                     conditions::set(&mut st.conditions, PAUSED_CONDITION, false, Reason::NotPaused, "", generation);
-                    let providers = Api::<Provider>::namespaced(ctx.client.clone(), &ns).list(&Default::default()).await?.items;
+                    let providers = Api::<Provider>::namespaced(ctx.client.clone(), &ns).list(&ctx.options.installation.list()).await?.items;
                     let k0smotron = c.annotations().get(MANAGED_BY).is_some_and(|v| v == K0SMOTRON);
                     Some(aggregate(&spec, &providers, k0smotron, &mut st))
                 }

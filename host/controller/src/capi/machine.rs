@@ -59,8 +59,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
     let resource = crate::infra_kinds::machine_resource(&prefix);
     // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
     // of them, are neither cached nor reconciled here).
-    let capi_made = kube::runtime::watcher::Config::default().labels(super::CLUSTER_NAME_LABEL);
-    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, capi_made);
+    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(super::CLUSTER_NAME_LABEL));
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
@@ -184,11 +183,13 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
     let class = Api::<VMClass>::all(ctx.client.clone())
         .get_opt(&class_ref.name)
         .await
+        .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
         .map_err(|e| api_failure(&e))?
         .ok_or_else(|| (Reason::ClassNotFound, format!("VMClass {:?} (spec.classRef) not found", class_ref.name), true))?;
     let image = Api::<VMImage>::all(ctx.client.clone())
         .get_opt(&image_ref.name)
         .await
+        .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
         .map_err(|e| api_failure(&e))?
         .ok_or_else(|| (Reason::ImageNotFound, format!("VMImage {:?} (spec.imageRef) not found", image_ref.name), true))?;
     let format = bootstrap_format(ctx, &ns, &data_secret).await?;
@@ -196,7 +197,7 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
     let domains = cluster_failure_domains(ctx, &ns, cluster).await?;
     let wanted = spec.failure_domain.clone().or_else(|| str_at(&machine, "/spec/failureDomain").map(str::to_string));
     let providers: Vec<Arc<Provider>> = Api::<Provider>::namespaced(ctx.client.clone(), &ns)
-        .list(&Default::default())
+        .list(&ctx.options.installation.list())
         .await
         .map_err(|e| api_failure(&e))?
         .items

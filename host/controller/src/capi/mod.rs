@@ -30,7 +30,7 @@ use crate::Context;
 /// Reconcile the `<Kind>Cluster`s and bind the CAPI-made `<Kind>Machine`s of every
 /// infrastructure kind, until `stop`.
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), crate::Error> {
-    crate::infra_kinds::per_kind(ctx.client.clone(), stop, |kind, stop| {
+    crate::infra_kinds::per_kind(ctx.client.clone(), ctx.scope(), stop, |kind, stop| {
         let (clusters, machines) = (cluster::reconcile_kind(ctx.clone(), kind.clone(), stop.clone()), machine::reconcile_kind(ctx.clone(), kind, stop));
         async move {
             futures::future::join(clusters, machines).await;
@@ -89,7 +89,9 @@ pub fn changes(ctx: &Context, resource: ApiResource) -> impl Stream<Item = Resul
     let client = ctx.client.clone();
     let api = ctx.watched_dynamic(&resource);
     futures::stream::once(async move { served(&client).await })
-        .flat_map(move |()| crate::reconciler::changes(api.clone()))
+        // CAPI core's objects carry no installation label: they only wake this
+        // installation's infrastructure objects, which are scoped.
+        .flat_map(move |()| crate::reconciler::changes(api.clone(), watcher::Config::default()))
 }
 
 /// The CAPI owner of `kind` (`Cluster`, `Machine`) among `obj`'s owner references.

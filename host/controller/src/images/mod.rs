@@ -62,19 +62,19 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         stop.await;
         return Ok(());
     };
-    let (store, changes) = crate::reconciler::cached(Api::<VMImage>::all(ctx.client.clone()));
+    let (store, changes) = crate::reconciler::cached(Api::<VMImage>::all(ctx.client.clone()), ctx.scope());
     let images = Controller::for_stream(changes, store).trigger_backoff(crate::reconciler::PerWatch);
     let images_frame = Frame::new(ctx.clone(), "vmimage", images.store(), ());
     // A Provider created or changed (not merely probed) may need the images.
     let store = images.store();
-    let providers = watcher(ctx.watched::<Provider>(), watcher::Config::default())
+    let providers = watcher(ctx.watched::<Provider>(), ctx.scope())
         .retried()
         .touched_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     let images = images.watches_stream(providers, move |_| store.state().into_iter().map(|i| ObjectRef::from_obj(&*i)).collect::<Vec<_>>());
     // A VM going away (or moving) may release an image being deleted, or an earlier import.
     let deleting = images.store();
-    let vms = crate::reconciler::changes(ctx.watched::<VirtualMachine>());
+    let vms = crate::reconciler::changes(ctx.watched::<VirtualMachine>(), ctx.scope());
     let images = images.watches_stream(vms, move |vm: VirtualMachine| {
         deleting
             .get(&ObjectRef::new(&vm.spec.image_ref.name))
@@ -192,7 +192,7 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
     let generation = image.metadata.generation;
     let users: Vec<String> = ctx
         .watched::<VirtualMachine>()
-        .list(&Default::default())
+        .list(&ctx.options.installation.list())
         .await?
         .items
         .iter()
@@ -208,7 +208,7 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
         status::write(api, &image.name_any(), Some(old), &st).await?;
         return Ok(Outcome::Retry);
     }
-    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let providers = ctx.watched::<Provider>().list(&ctx.options.installation.list()).await?.items;
     let mut left = Vec::new();
     for import in old.providers.iter().chain(&old.retired) {
         // An import that never reported a reference (cut off, failed) may have left
@@ -258,7 +258,7 @@ async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &I
 async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     let generation = image.metadata.generation;
-    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let providers = ctx.watched::<Provider>().list(&ctx.options.installation.list()).await?.items;
     let mut imports = Vec::new();
     let mut retry = false;
     for p in &providers {
@@ -317,7 +317,7 @@ async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) ->
         return Ok(());
     }
     let ctx = &s.ctx;
-    let vms = ctx.watched::<VirtualMachine>().list(&Default::default()).await?.items;
+    let vms = ctx.watched::<VirtualMachine>().list(&ctx.options.installation.list()).await?.items;
     let made_from: Vec<(String, Option<String>)> = vms
         .iter()
         .filter(|vm| vm.spec.image_ref.name == image.name_any())
@@ -326,7 +326,7 @@ async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) ->
             Some((format!("{}/{}", vm.namespace().unwrap_or_default(), scheduled.provider), scheduled.image.clone()))
         })
         .collect();
-    let providers = ctx.watched::<Provider>().list(&Default::default()).await?.items;
+    let providers = ctx.watched::<Provider>().list(&ctx.options.installation.list()).await?.items;
     let mut kept = Vec::new();
     for r in std::mem::take(&mut st.retired) {
         let used = made_from.iter().any(|(p, from)| *p == r.provider && from.as_ref().is_none_or(|f| Some(f) == r.reference.as_ref()));

@@ -63,14 +63,14 @@ struct Pools {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (store, writer) = kube::runtime::reflector::store();
-    let pool_changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VirtualMachinePool>(), watcher::Config::default()))
+    let pool_changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VirtualMachinePool>(), ctx.scope()))
         .retried()
         .touched_objects()
         .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
     let (vms, vm_writer) = kube::runtime::reflector::store();
     let member_changes = kube::runtime::reflector(
         vm_writer,
-        watcher(ctx.watched::<VirtualMachine>(), watcher::Config::default().labels(POOL_LABEL)).modify(|vm: &mut VirtualMachine| {
+        watcher(ctx.watched::<VirtualMachine>(), ctx.options.installation.watch(Some(POOL_LABEL))).modify(|vm: &mut VirtualMachine| {
             vm.metadata.managed_fields = None;
         }),
     )
@@ -338,6 +338,10 @@ fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str) -> serde
     let mut labels: BTreeMap<String, String> = t.metadata.labels.clone();
     labels.insert(POOL_LABEL.into(), pool.name_any());
     labels.insert(REVISION_LABEL.into(), revision.into());
+    // Members belong to the pool's installation.
+    if let Some(instance) = pool.labels().get(banlieue_api::INSTANCE_LABEL) {
+        labels.insert(banlieue_api::INSTANCE_LABEL.into(), instance.clone());
+    }
     serde_json::json!({
         "apiVersion": VirtualMachine::api_version(&()),
         "kind": "VirtualMachine",
