@@ -216,6 +216,31 @@ async fn deleting_a_namespace_removes_its_objects() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// As kube-controller-manager's namespace controller does: every object of a terminating
+/// namespace is deleted, one with a finalizer stays (with its deletionTimestamp) until the
+/// finalizer is removed, nothing new may be created meanwhile, and the namespace goes once
+/// it is empty (banlieue's in-use protection of Providers relies on all of it).
+#[tokio::test]
+async fn a_terminating_namespace_waits_for_its_objects_finalizers() -> anyhow::Result<()> {
+    let env = TestEnv::start("nsfin").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let mut held = cm("held", &[]);
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &held).await?;
+    cms.create(&PostParams::default(), &cm("free", &[])).await?;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    nss.delete(&env.ns, &DeleteParams::default()).await?;
+    await_deleted(&cms, "free").await?;
+    within(60, kube::runtime::wait::await_condition(cms.clone(), "held", |c: Option<&ConfigMap>| c.is_some_and(|c| c.metadata.deletion_timestamp.is_some()))).await??;
+    let refused = cms.create(&PostParams::default(), &cm("late", &[])).await.unwrap_err();
+    assert_eq!(api_error(refused).code, 403, "no new content in a terminating namespace");
+    let ns = nss.get(&env.ns).await?;
+    assert_eq!(ns.status.and_then(|s| s.phase).as_deref(), Some("Terminating"), "the namespace waits for the finalizer");
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+    await_deleted(&nss, &env.ns).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn label_and_field_selectors() -> anyhow::Result<()> {
     let env = TestEnv::start("selectors").await?;

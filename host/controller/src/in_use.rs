@@ -105,7 +105,6 @@ fn protected_secret(provider: &Provider) -> Option<String> {
 /// no longer names). Best effort — a failure is logged and tried again on the next
 /// reconcile, and does not hold up the probe (a missing permission shows on `/readyz`).
 pub async fn protect(ctx: &Context, provider: &Provider, providers: &Store<Provider>) {
-    if std::env::var_os("TMP_NO_PROTECT").is_some() { return; }
     if let Err(e) = try_protect(ctx, provider, providers).await {
         match &e {
             // Another write came first; its watch event brings the Provider back.

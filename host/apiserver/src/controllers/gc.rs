@@ -237,13 +237,20 @@ impl Collector {
         }
     }
 
+    /// Delete an object, re-reading it when it changed underneath: a namespace's objects are
+    /// deleted once, when it terminates, so one lost to a concurrent write (a controller's
+    /// status update) would otherwise keep it Terminating until something else in it goes.
     fn delete(&self, rt: &ResourceType, obj: &Object, p: Propagation) {
-        let Some(cur) = self.state.store.get(&rt.storage_key(), obj.namespace(), obj.name()) else { return };
-        if cur.uid() != obj.uid() {
-            return;
-        }
-        if let Err(WriteError::Api(e)) = delete_object(&self.state, rt, &cur, p, false) {
-            tracing::warn!("garbage collector could not delete {}: {e}", obj.name());
+        for _ in 0..8 {
+            let Some(cur) = self.state.store.get(&rt.storage_key(), obj.namespace(), obj.name()) else { return };
+            if cur.uid() != obj.uid() {
+                return;
+            }
+            match delete_object(&self.state, rt, &cur, p, false) {
+                Ok(_) => return,
+                Err(WriteError::Stale) => continue,
+                Err(WriteError::Api(e)) => return tracing::warn!("garbage collector could not delete {}: {e}", obj.name()),
+            }
         }
     }
 
