@@ -237,8 +237,13 @@ impl Drop for TestEnv {
                 kubectl(&["patch", "-n", &self.ns, &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
             }
             kubectl(&["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"]);
+            // The test's: labelled for its installation, or (the default installation's) named after its namespace.
+            let kinds = "vmclasses,vmimages,providerclasses,placementpolicies";
             let mine = format!("{}={}", banlieue_api::INSTANCE_LABEL, self.instance);
-            for object in names(kubectl(&["get", "vmclasses,vmimages,providerclasses,placementpolicies", "-l", &mine, "-o", "name"])) {
+            let prefix = format!("/{}-", self.ns);
+            let labelled = names(kubectl(&["get", kinds, "-l", &mine, "-o", "name"]));
+            let named = names(kubectl(&["get", kinds, "-o", "name"])).into_iter().filter(|o| o.contains(&prefix));
+            for object in labelled.into_iter().chain(named) {
                 kubectl(&["patch", &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
                 kubectl(&["delete", &object, "--wait=false", "--ignore-not-found"]);
             }
