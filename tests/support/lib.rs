@@ -233,7 +233,8 @@ impl Drop for TestEnv {
             let names = |out: Option<Output>| -> Vec<String> {
                 out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()).unwrap_or_default()
             };
-            for object in names(kubectl(&["get", "banlieue", "-n", &self.ns, "-o", "name"])) {
+            // (Secrets too: a Provider's credentials carry its in-use finalizer.)
+            for object in names(kubectl(&["get", "banlieue,secrets", "-n", &self.ns, "-o", "name"])) {
                 kubectl(&["patch", "-n", &self.ns, &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
             }
             kubectl(&["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"]);

@@ -137,11 +137,10 @@ async fn try_protect(ctx: &Context, provider: &Provider, providers: &Store<Provi
         finalizers.push(FINALIZER.into());
     }
     // One write with the resourceVersion read: a concurrent change makes it fail (409).
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "annotations": { PROTECTED_SECRET: protected },
-        "resourceVersion": provider.resource_version(),
-    }});
+    let mut patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": provider.resource_version()}});
+    if protected != had {
+        patch["metadata"]["annotations"] = serde_json::json!({ PROTECTED_SECRET: protected });
+    }
     let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     api.patch(&provider.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
     Ok(())
@@ -222,7 +221,9 @@ pub async fn deleted(ctx: &Context, provider: &Provider, providers: &Store<Provi
 /// that cannot be told.
 async fn listed_users(ctx: &Context, provider: &Provider) -> Result<Result<Vec<String>, String>, Error> {
     let class_name = &provider.spec.provider_class_ref.name;
-    let Some(class) = Api::<ProviderClass>::all(ctx.client.clone()).get_opt(class_name).await? else {
+    // Another installation's class is absent to this one, as everywhere else.
+    let class = Api::<ProviderClass>::all(ctx.client.clone()).get_opt(class_name).await?.filter(|c| ctx.options.installation.owns(&c.metadata));
+    let Some(class) = class else {
         // Its Machines cannot be torn down either (`ProviderClassNotFound`): both wait for it.
         return Ok(Err(format!("being deleted, but its ProviderClass {class_name:?} is not found, so the Machines that may still use it are not known")));
     };
