@@ -4,10 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Context;
+
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
 use banlieue_tests::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Discovery;
@@ -307,15 +310,17 @@ async fn watch_from_a_resource_version_bookmarks_and_gone() -> anyhow::Result<()
     cms.patch("w", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
     cms.delete("w", &DeleteParams::default()).await?;
 
-    // Everything after `rv`, in order.
+    // Everything after `rv`, in order. (Only w's: kube-controller-manager adds
+    // kube-root-ca.crt to a new namespace whenever it gets to it.)
     let stream = cms.watch(&WatchParams::default(), &rv).await?.boxed();
     let events = watch_until(stream, 30, |evs: &[WatchEvent<ConfigMap>]| evs.iter().any(|e| matches!(e, WatchEvent::Deleted(_)))).await?;
+    let w = |c: &ConfigMap| c.metadata.name.as_deref() == Some("w");
     let kinds: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
-            WatchEvent::Modified(_) => Some("MODIFIED"),
-            WatchEvent::Deleted(_) => Some("DELETED"),
-            WatchEvent::Added(_) => Some("ADDED"),
+            WatchEvent::Modified(c) if w(c) => Some("MODIFIED"),
+            WatchEvent::Deleted(c) if w(c) => Some("DELETED"),
+            WatchEvent::Added(c) if w(c) => Some("ADDED"),
             _ => None,
         })
         .collect();
@@ -323,12 +328,19 @@ async fn watch_from_a_resource_version_bookmarks_and_gone() -> anyhow::Result<()
 
     // Initial events end with a bookmark.
     cms.create(&PostParams::default(), &cm("x", &[])).await?;
-    // Streaming lists (the WatchList feature) are off on older servers, which refuse
-    // `sendInitialEvents` — detected from the server's answer, and skipped with a message.
+    // Streaming lists (the WatchList feature: alpha in 1.27, on by default from 1.32) are
+    // refused where they are off — before 1.27 the `resourceVersionMatch` they send on a watch
+    // is, later `sendInitialEvents` is — detected from the answer, skipped with a message.
     let wp = WatchParams::streaming_lists();
-    let refused = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.message.contains("sendInitialEvents"));
+    let message = |e: &kube::Error| match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    };
+    let refused = |e: &kube::Error| ["sendInitialEvents", "resourceVersionMatch is forbidden for watch"].iter().any(|m| message(e).contains(m));
     match cms.watch(&wp, "0").await {
-        Err(e) if refused(&e) => eprintln!("skipped streaming lists: the server has no WatchList feature ({e})"),
+        Err(e) if refused(&e) => {
+            eprintln!("skipped streaming lists: they need the WatchList feature (Kubernetes 1.27 with it on, or 1.32 or newer); the server said: {}", message(&e))
+        }
         stream => {
             let stream = stream?.boxed();
             let events = watch_until(stream, 30, |evs: &[WatchEvent<ConfigMap>]| {
@@ -348,43 +360,45 @@ async fn watch_from_a_resource_version_bookmarks_and_gone() -> anyhow::Result<()
         }
     }
 
-    // A resourceVersion older than the history is Gone.
-    if !TestEnv::external() {
+    // A resourceVersion older than the history is Gone. Only the embedded server's small
+    // history can be outrun here: kube-apiserver's watch cache grows while its events are
+    // recent, and on a young one a ConfigMap watch from resourceVersion 1 replays them all
+    // (a_watch_from_before_a_resource_was_served_is_gone pins its 410).
+    if env.embedded().is_some() {
         for i in 0..(TEST_WATCH_HISTORY + 10) {
             cms.create(&PostParams::default(), &cm(&format!("g{i}"), &[])).await?;
         }
-    }
-    let mut stream = cms.watch(&WatchParams::default(), "1").await?.boxed();
-    let ev = within(30, stream.next()).await?.expect("one event");
-    match ev? {
-        WatchEvent::Error(e) => assert_eq!(e.code, 410),
-        other => panic!("expected 410 Gone, got {other:?}"),
+        let mut stream = cms.watch(&WatchParams::default(), "1").await?.boxed();
+        let ev = within(30, stream.next()).await?.expect("one event");
+        match ev? {
+            WatchEvent::Error(e) => assert_eq!(e.code, 410),
+            other => panic!("expected 410 Gone, got {other:?}"),
+        }
     }
     Ok(())
 }
 
-/// kube-apiserver serves watches only from revisions etcd has not compacted (every 5 minutes): a
-/// watch from before that is `410 Gone`, however few events came since. The embedded server
-/// compacts events older than its window the same way; this test gives one a 1-second window.
+/// The embedded server keeps events for a window (kube-apiserver's etcd compacts every 5
+/// minutes): a watch from before it is `410 Gone`, however few events came since; this test
+/// gives one server a 1-second window. (Embedded server only: kube-apiserver serves watches
+/// from its watch cache, which keeps recent events past a compaction, so a test cannot wait
+/// for it; a_watch_from_before_a_resource_was_served_is_gone pins its 410.)
 #[tokio::test]
 async fn a_watch_from_a_compacted_resource_version_is_gone() -> anyhow::Result<()> {
+    if TestEnv::external() {
+        eprintln!("skipped: the watch window is the embedded server's");
+        return Ok(());
+    }
     let env = TestEnv::start("compacted").await?;
-    let mut short_window = None;
-    let (client, ns) = if TestEnv::external() {
-        (env.client.clone(), env.ns.clone())
-    } else {
-        let config = banlieue_apiserver::Config { watch_window: std::time::Duration::from_secs(1), ..Default::default() };
-        let server = banlieue_apiserver::ApiServer::start(config).await?;
-        let path = env.dir().join("short-window-kubeconfig");
-        server.write_kubeconfig(&path)?;
-        short_window = Some(server);
-        (client_for(&path).await?, "default".to_string())
-    };
-    let cms: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let config = banlieue_apiserver::Config { watch_window: std::time::Duration::from_secs(1), ..Default::default() };
+    let server = banlieue_apiserver::ApiServer::start(config).await?;
+    let path = env.dir().join("short-window-kubeconfig");
+    server.write_kubeconfig(&path)?;
+    let cms: Api<ConfigMap> = Api::namespaced(client_for(&path).await?, "default");
     let created = cms.create(&PostParams::default(), &cm("old", &[])).await?;
     cms.patch("old", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
-    // On a cluster, resourceVersion 1 is long compacted; here, the create's once the window passed.
-    let from = if TestEnv::external() { "1".to_string() } else { created.metadata.resource_version.clone().unwrap() };
+    // Gone once the create's event is older than the window.
+    let from = created.metadata.resource_version.clone().unwrap();
     let code = within(30, async {
         loop {
             let mut stream = cms.watch(&WatchParams::default().timeout(2), &from).await?.boxed();
@@ -397,10 +411,7 @@ async fn a_watch_from_a_compacted_resource_version_is_gone() -> anyhow::Result<(
     })
     .await??;
     assert_eq!(code, 410);
-    cms.delete("old", &DeleteParams::default()).await?;
-    if let Some(server) = short_window {
-        server.shutdown().await;
-    }
+    server.shutdown().await;
     Ok(())
 }
 
@@ -587,6 +598,7 @@ async fn bad_requests_get_clear_status_errors() -> anyhow::Result<()> {
 #[tokio::test]
 async fn persisted_objects_survive_a_restart() -> anyhow::Result<()> {
     if TestEnv::external() {
+        eprintln!("skipped: restarting the server is the embedded server's");
         return Ok(());
     }
     let data = tempfile::tempdir()?;
@@ -608,32 +620,151 @@ async fn persisted_objects_survive_a_restart() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A namespaced `Widget` CRD of the test's own group (so a shared cluster is left as it
+/// was), served and established.
+struct Widgets {
+    crd: String,
+    api_version: String,
+    /// Widgets in the test's namespace.
+    api: Api<DynamicObject>,
+}
+
+impl Widgets {
+    async fn serve(env: &TestEnv) -> anyhow::Result<Widgets> {
+        let group = format!("{}.test.banlieue.io", env.ns);
+        let crd = format!("widgets.{group}");
+        let definition: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": crd},
+            "spec": {"group": group, "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
+        }))?;
+        let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+        crds.create(&PostParams::default(), &definition).await?;
+        within(30, kube::runtime::wait::await_condition(crds, &crd, kube::runtime::wait::conditions::is_crd_established())).await??;
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
+        Ok(Widgets { crd, api_version: ar.api_version.clone(), api: Api::namespaced_with(env.client.clone(), &env.ns, &ar) })
+    }
+
+    async fn create(&self, name: &str, size: i64) -> anyhow::Result<DynamicObject> {
+        let w: DynamicObject = serde_json::from_value(json!({"apiVersion": self.api_version, "kind": "Widget", "metadata": {"name": name}, "spec": {"size": size}}))?;
+        Ok(self.api.create(&PostParams::default(), &w).await?)
+    }
+
+    async fn delete_crd(&self) -> anyhow::Result<()> {
+        Api::<CustomResourceDefinition>::all(self.api.clone().into_client()).delete(&self.crd, &DeleteParams::default()).await?;
+        Ok(())
+    }
+}
+
+/// The first event of a watch (bounded).
+async fn first_event<K>(stream: impl futures::Stream<Item = kube::Result<WatchEvent<K>>>) -> anyhow::Result<WatchEvent<K>> {
+    Ok(watch_until(Box::pin(stream), 30, |evs: &[WatchEvent<K>]| !evs.is_empty()).await?.remove(0))
+}
+
 #[tokio::test]
 async fn crds_serve_at_once_and_their_deletion_removes_objects() -> anyhow::Result<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let env = TestEnv::start("crdlife").await?;
-    // A group of this test's own, so a shared cluster is left as it was.
-    let group = format!("{}.test.banlieue.io", env.ns);
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": format!("widgets.{group}")},
-        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
-    }))?;
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    crds.create(&PostParams::default(), &crd).await?;
-    let name = format!("widgets.{group}");
-    within(30, kube::runtime::wait::await_condition(crds.clone(), &name, kube::runtime::wait::conditions::is_crd_established())).await??;
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
-    let widgets: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &ar);
-    let w: DynamicObject = serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}}))?;
-    widgets.create(&PostParams::default(), &w).await?;
-    assert_eq!(widgets.get("w").await?.data["spec"]["size"], 3);
-    crds.delete(&name, &DeleteParams::default()).await?;
-    await_deleted(&crds, &name).await?;
-    let err = widgets.list(&ListParams::default()).await.unwrap_err();
-    assert_eq!(api_error(err).code, 404, "resource no longer served");
+    let widgets = Widgets::serve(&env).await?;
+    widgets.create("w", 3).await?;
+    assert_eq!(widgets.api.get("w").await?.data["spec"]["size"], 3);
+    widgets.delete_crd().await?;
+    await_deleted(&Api::<CustomResourceDefinition>::all(env.client.clone()), &widgets.crd).await?;
+    // kube-apiserver may answer a list with an empty one for a moment after the CRD is
+    // gone (its handler stops serving asynchronously): the objects are gone at once, the
+    // resource soon after. There is no event to await for the latter, so ask again.
+    within(30, async {
+        loop {
+            match widgets.api.list(&ListParams::default()).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => return anyhow::Ok(()),
+                Ok(list) => assert!(list.items.is_empty(), "objects outlive their CRD: {:?}", list.items),
+                Err(e) => return Err(e.into()),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .context("the deleted CRD's resource is still served")??;
     Ok(())
+}
+
+/// kube-apiserver serves each resource's watches from a cache that starts when it begins
+/// serving the resource. A custom resource's history so starts with its CRD: a watch from
+/// before is `410 Gone` even on a young server, where a built-in resource's watch from
+/// resourceVersion 1 still replays every event. The embedded server does the same.
+#[tokio::test]
+async fn a_watch_from_before_a_resource_was_served_is_gone() -> anyhow::Result<()> {
+    let env = TestEnv::start("servedsince").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let before = cms.create(&PostParams::default(), &cm("before", &[])).await?.metadata.resource_version.unwrap();
+    let widgets = Widgets::serve(&env).await?;
+    let created = widgets.create("w", 1).await?;
+    widgets.api.patch("w", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await?;
+
+    // From before the CRD: gone, in kube-apiserver's words.
+    match first_event(widgets.api.watch(&WatchParams::default(), &before).await?).await? {
+        WatchEvent::Error(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"), "{e:?}");
+            assert!(e.message.starts_with(&format!("too old resource version: {before} (")), "{}", e.message);
+        }
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    // From the widget's creation: the change after it.
+    let rv = created.metadata.resource_version.unwrap();
+    match first_event(widgets.api.watch(&WatchParams::default(), &rv).await?).await? {
+        WatchEvent::Modified(w) => assert_eq!(w.data["spec"]["size"], 2),
+        other => panic!("expected the patch, got {other:?}"),
+    }
+    // A built-in resource served all along replays from the same resourceVersion (besides
+    // the patch, maybe the kube-root-ca.crt kube-controller-manager adds to the namespace).
+    cms.patch("before", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
+    let patched = |e: &WatchEvent<ConfigMap>| matches!(e, WatchEvent::Modified(c) if c.metadata.name.as_deref() == Some("before"));
+    let stream = cms.watch(&WatchParams::default(), &before).await?.boxed();
+    let events = watch_until(stream, 30, |evs: &[WatchEvent<ConfigMap>]| evs.iter().any(|e| patched(e) || matches!(e, WatchEvent::Error(_)))).await?;
+    assert!(events.last().is_some_and(patched), "{events:?}");
+    widgets.delete_crd().await
+}
+
+/// kube-apiserver answers a path none of its API groups serves with Go's plain-text
+/// `404 page not found`; only under `/api` and its own groups does a handler answer with a
+/// `Status`. A deleted CRD's resources are such a path. The embedded server does the same.
+#[tokio::test]
+async fn unknown_paths_are_plain_404s_outside_the_servers_own_groups() -> anyhow::Result<()> {
+    let env = TestEnv::start("notfound").await?;
+    let get = |uri: String| {
+        let client = env.client.clone();
+        async move {
+            let req = http::Request::builder().uri(uri).body(kube::client::Body::empty()).unwrap();
+            let resp = client.send(req).await?;
+            let code = resp.status().as_u16();
+            let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+            let body = resp.into_body().collect_bytes().await?;
+            anyhow::Ok((code, ct, String::from_utf8_lossy(&body).into_owned()))
+        }
+    };
+    for uri in ["/apis/nope.example.com/v1/things".to_string(), "/apis/nope.example.com".into(), format!("/apis/nope.example.com/v1/namespaces/{}/things/x", env.ns)] {
+        let (code, ct, body) = get(uri.clone()).await?;
+        assert_eq!((code, body.trim()), (404, "404 page not found"), "{uri}");
+        assert!(ct.starts_with("text/plain"), "{uri}: {ct}");
+    }
+    for uri in [format!("/api/v1/namespaces/{}/nopes", env.ns), "/apis/rbac.authorization.k8s.io/v1/nopes".into(), format!("/api/v1/namespaces/{}/configmaps/x/nope", env.ns)] {
+        let (code, ct, body) = get(uri.clone()).await?;
+        assert_eq!(code, 404, "{uri}");
+        assert!(ct.starts_with("application/json"), "{uri}: {ct}");
+        let status: kube::core::Status = serde_json::from_str(&body)?;
+        assert_eq!((status.reason.as_str(), status.message.as_str()), ("NotFound", "the server could not find the requested resource"), "{uri}");
+    }
+    // A CRD's group answers for its own: an unknown subresource is its object not found, an
+    // unknown resource (or the whole group once the CRD is gone) plain text.
+    let widgets = Widgets::serve(&env).await?;
+    widgets.create("w", 1).await?;
+    let url = widgets.api.resource_url();
+    let (code, _, body) = get(format!("{url}/w/nope")).await?;
+    let status: kube::core::Status = serde_json::from_str(&body).with_context(|| body.clone())?;
+    assert_eq!((code, status.reason.as_str(), status.message), (404, "NotFound", format!("{} \"w\" not found", widgets.crd)));
+    let (code, _, body) = get(url.replace("/widgets", "/gadgets")).await?;
+    assert_eq!((code, body.trim()), (404, "404 page not found"));
+    widgets.delete_crd().await
 }
 
 /// The embedded server records who asked for what, in RBAC's terms: the RBAC and

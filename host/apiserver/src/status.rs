@@ -32,8 +32,9 @@ impl ApiError {
         e.details = Some(json!({"name": name, "kind": resource}));
         e
     }
-    pub fn not_found_path(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+    /// A path the server's own API groups do not serve, in kube-apiserver's words.
+    pub fn no_such_resource() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
     }
     pub fn method_not_allowed(msg: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", msg)

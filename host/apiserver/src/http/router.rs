@@ -37,21 +37,21 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         ["apis", g] if get => {
             return match crate::http::discovery::group(&state, g) {
                 Some(v) => json_response(200, &v, &[]),
-                None => error_response(&ApiError::not_found_path(&path)),
+                None => not_served(&state, Some(g)),
             }
         }
         ["api", "v1"] if get => return json_response(200, &crate::http::discovery::resource_list(&state, "", "v1").unwrap_or_default(), &[]),
         ["apis", g, v] if get => {
             return match crate::http::discovery::resource_list(&state, g, v) {
                 Some(l) => json_response(200, &l, &[]),
-                None => error_response(&ApiError::not_found_path(&path)),
+                None => not_served(&state, Some(g)),
             }
         }
         ["openapi", "v3"] if get => return json_response(200, &crate::schema::openapi::index(&state.registry.read().unwrap().all()), &[]),
         ["openapi", "v3", rest @ ..] if get => {
             return match crate::schema::openapi::group_version_doc(&state.registry.read().unwrap().all(), &rest.join("/")) {
                 Some(doc) => json_response(200, &doc, &[]),
-                None => error_response(&ApiError::not_found_path(&path)),
+                None => error_response(&ApiError::no_such_resource()),
             }
         }
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] if parts.method == Method::POST => {
@@ -68,7 +68,9 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
     let (group, version, rest) = match segs.as_slice() {
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return error_response(&ApiError::not_found_path(&path)),
+        ["api", ..] => return not_served(&state, Some("")),
+        ["apis", g, ..] => return not_served(&state, Some(g)),
+        _ => return not_served(&state, None),
     };
     let lookup = |plural: &str| state.resource(group, version, plural);
     // `namespaces/NS/PLURAL[/NAME[/SUB]]` is namespaced unless PLURAL isn't a namespaced resource,
@@ -83,10 +85,10 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         _ => (None, None, None, None),
     };
     let (Some(rt), namespace, name, sub) = target else {
-        return error_response(&ApiError::not_found_path(&path));
+        return not_served(&state, Some(group));
     };
     if rt.namespaced && namespace.is_none() && name.is_some() {
-        return error_response(&ApiError::not_found_path(&path));
+        return not_served(&state, Some(group));
     }
     if let Some(s) = &sub {
         let allowed = match s.as_str() {
@@ -96,7 +98,11 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
             _ => false,
         };
         if !allowed {
-            return error_response(&ApiError::not_found_path(&path));
+            // kube-apiserver's handler of custom resources calls the object not found.
+            return match (&rt.crd_name, &name) {
+                (Some(_), Some(n)) => error_response(&ApiError::not_found(&rt.group_resource(), n)),
+                _ => error_response(&ApiError::no_such_resource()),
+            };
         }
     }
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
@@ -144,6 +150,22 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
     }
     audit.audit.record(entry);
     response
+}
+
+/// kube-apiserver's 404 for a path it does not serve: under `/api` or one of its own groups,
+/// that group's handler answers with a `Status`; any other path (an unknown group, or a CRD's
+/// group with an unknown version or resource) falls through to Go's plain-text not-found.
+fn not_served(state: &State, group: Option<&str>) -> Response<Body> {
+    if group.is_some_and(|g| state.registry.read().unwrap().is_builtin_group(g)) {
+        return error_response(&ApiError::no_such_resource());
+    }
+    use http_body_util::{BodyExt, Full};
+    Response::builder()
+        .status(404)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .body(Full::new(Bytes::from_static(b"404 page not found\n")).boxed_unsync())
+        .expect("static response")
 }
 
 fn text_ok() -> Response<Body> {

@@ -182,13 +182,7 @@ pub fn prepare_delete(_state: &State, rt: &ResourceType, obj: &mut Value, _final
 pub fn after_commit(state: &State, rt: &ResourceType, stored: &Object) {
     if rt.builtin == Some(Builtin::Crd) && !stored.is_deleting() {
         match types_from_crd(&stored.value()) {
-            Ok(types) => {
-                let mut reg = state.registry.write().unwrap();
-                reg.remove_crd(stored.name());
-                for t in types {
-                    reg.insert(t);
-                }
-            }
+            Ok(types) => state.registry.write().unwrap().serve_crd(stored.name(), types, stored.rv()),
             Err(e) => tracing::error!("stored CRD {} is not servable: {e:?}", stored.name()),
         }
     }

@@ -897,7 +897,7 @@ fn lookup<'a>(obj: &'a Value, p: &str) -> Option<&'a Value> {
 
 /// The autoscaling/v1 Scale view of an object.
 fn scale_of(rt: &ResourceType, obj: &Value) -> ApiResult<Value> {
-    let s = rt.scale.as_ref().ok_or_else(|| ApiError::not_found_path("scale"))?;
+    let s = rt.scale.as_ref().ok_or_else(ApiError::no_such_resource)?;
     let spec = lookup(obj, &s.spec_replicas_path).and_then(Value::as_i64).unwrap_or(0);
     let status = lookup(obj, &s.status_replicas_path).and_then(Value::as_i64).unwrap_or(0);
     let selector = s.label_selector_path.as_deref().and_then(|p| lookup(obj, p)).and_then(Value::as_str).unwrap_or("");
@@ -915,7 +915,7 @@ fn scale_of(rt: &ResourceType, obj: &Value) -> ApiResult<Value> {
 
 /// The object with the Scale's `spec.replicas` written to the spec replicas path.
 fn with_replicas(rt: &ResourceType, current: &Value, scale: &Value) -> ApiResult<Value> {
-    let s = rt.scale.as_ref().ok_or_else(|| ApiError::not_found_path("scale"))?;
+    let s = rt.scale.as_ref().ok_or_else(ApiError::no_such_resource)?;
     let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).ok_or_else(|| {
         ApiError::invalid("Scale.autoscaling", meta::name(current), vec![("spec.replicas".into(), "FieldValueRequired".into(), "spec.replicas: Required value".into())])
     })?;

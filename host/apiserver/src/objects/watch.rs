@@ -72,7 +72,10 @@ fn start(req: Request) -> Result<Response<Body>, ApiError> {
     } else {
         (None, from.unwrap_or(0))
     };
-    let subscription = store.watch_from(start_rv);
+    // A resource's history starts when it began to be served (a CRD's resources: when
+    // the CRD was created), as kube-apiserver's watch cache of it does.
+    let served_since = req.state.registry.read().unwrap().served_since(&key);
+    let subscription = if initial.is_none() && start_rv < served_since { Err(served_since) } else { store.watch_from(start_rv) };
     let interval = req.state.config.bookmark_interval;
     let mut expired = store.expiries();
     expired.mark_unchanged();

@@ -1,6 +1,6 @@
 //! What the server serves: the built-in resources and those defined by CRDs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -109,6 +109,10 @@ pub struct Registry {
     by_gvr: BTreeMap<(String, String, String), Arc<ResourceType>>,
     /// Group order as discovery lists it.
     group_order: Vec<String>,
+    /// The resourceVersion each CRD-defined resource has been served from (built-in ones:
+    /// from the start). kube-apiserver serves a resource's watches from a cache that starts
+    /// then, so a watch from before it is `410 Gone`, not a replay.
+    served_since: HashMap<StorageKey, u64>,
 }
 
 impl Registry {
@@ -127,11 +131,37 @@ impl Registry {
         self.by_gvr.insert((t.group.clone(), t.version.clone(), t.plural.clone()), Arc::new(t));
     }
 
+    /// Serve what a CRD defines (replacing what it defined before) from resourceVersion
+    /// `rv` on; a resource it served already keeps the resourceVersion it was served from.
+    pub fn serve_crd(&mut self, crd_name: &str, types: Vec<ResourceType>, rv: u64) {
+        let kept: HashMap<StorageKey, u64> =
+            types.iter().filter_map(|t| self.served_since.get(&t.storage_key()).map(|since| (t.storage_key(), *since))).collect();
+        self.remove_crd(crd_name);
+        for t in types {
+            let key = t.storage_key();
+            self.served_since.insert(key.clone(), kept.get(&key).copied().unwrap_or(rv));
+            self.insert(t);
+        }
+    }
+
     /// Remove every version of the resources a CRD defined.
     pub fn remove_crd(&mut self, crd_name: &str) {
         self.by_gvr.retain(|_, t| t.crd_name.as_deref() != Some(crd_name));
         let groups: Vec<String> = self.by_gvr.values().map(|t| t.group.clone()).collect();
         self.group_order.retain(|g| groups.contains(g));
+        let served: HashSet<StorageKey> = self.by_gvr.values().map(|t| t.storage_key()).collect();
+        self.served_since.retain(|key, _| served.contains(key));
+    }
+
+    /// The resourceVersion a resource has been served from: a watch from before it is gone.
+    pub fn served_since(&self, key: &StorageKey) -> u64 {
+        self.served_since.get(key).copied().unwrap_or(0)
+    }
+
+    /// Whether `group` is one of the server's own (not a CRD's): kube-apiserver's handlers
+    /// for those answer a path they do not serve with a `Status`, the rest with plain text.
+    pub fn is_builtin_group(&self, group: &str) -> bool {
+        group.is_empty() || self.by_gvr.values().any(|t| t.group == group && t.crd_name.is_none())
     }
 
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {

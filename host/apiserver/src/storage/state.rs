@@ -42,9 +42,11 @@ impl State {
         // Serve the resources of stored CRDs before any request arrives.
         let crd_key = registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").map(|t| t.storage_key());
         if let Some(key) = crd_key {
-            for crd in store.list(&key, None).0 {
+            let (crds, rv) = store.list(&key, None);
+            for crd in crds {
                 match crate::schema::registry::types_from_crd(&crd.value()) {
-                    Ok(types) => types.into_iter().for_each(|t| registry.insert(t)),
+                    // Served from now on, as a restarted kube-apiserver's watch caches are.
+                    Ok(types) => registry.serve_crd(crd.name(), types, rv),
                     Err(errs) => tracing::warn!("stored CRD is not servable: {errs:?}"),
                 }
             }
