@@ -1,6 +1,6 @@
 # The two commands of the README, and a few helpers.
 SHELL := /bin/bash
-.PHONY: dev test crds rbac image fuzz bench deps docs faults
+.PHONY: dev test test-cluster crds rbac image fuzz bench deps docs faults
 
 deps:
 	scripts/install-deps.sh
@@ -16,6 +16,12 @@ dev: deps
 ## Install what is needed, then run every test.
 test:
 	scripts/test.sh
+
+## The end-to-end suites against the cluster of KUBECONFIG (any cluster; CI runs them on a
+## real kube-apiserver v1.24 after `make test`, whose build they reuse), or only SUITES="a b".
+## What a run adds to the cluster is removed afterwards. Needs root for libvirtd, as `make test`.
+test-cluster:
+	scripts/test-cluster-suites.sh "$(KUBECONFIG)" $(SUITES)
 
 ## Regenerate deploy/crds from the API types.
 crds:
