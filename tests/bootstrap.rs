@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use banlieue_api::VirtualMachine;
 use banlieue_controller::installation::Installation;
-use banlieue_test_backends::libvirtd::Libvirtd;
+use banlieue_test_backends::libvirtd::{Leftovers, Libvirtd};
 use banlieue_test_backends::openbao::OpenBao;
 use banlieue_tests::bootstrap::{banlieue, config};
 use banlieue_tests::control::{guests_dist, repo_root, wait_for, ControlPlane};
@@ -90,26 +90,12 @@ async fn owned_by_the_new_cluster(target: &TestEnv, lv: &Libvirtd, count: usize,
     Ok(())
 }
 
-/// Removes the test's domains (and their volumes) from libvirt however the test ends.
-struct Leftovers<'a> {
-    lv: &'a Libvirtd,
-    prefix: String,
-}
-
-impl Drop for Leftovers<'_> {
-    fn drop(&mut self) {
-        for d in self.lv.domains(&self.prefix).unwrap_or_default() {
-            self.lv.remove(&d, &format!("{d}_"));
-        }
-    }
-}
-
 /// A new cluster (its own API server, with banlieue running as if installed there) and a
 /// bootstrap config of two management VMs on `lv`, with the data directory to keep.
 struct Stage {
     target: TestEnv,
     _cp: ControlPlane,
-    _leftovers: Leftovers<'static>,
+    _leftovers: Leftovers,
     file: PathBuf,
     data: PathBuf,
 }
@@ -119,7 +105,7 @@ impl Stage {
         let target = TestEnv::start(test).await?;
         target.install_crds().await?;
         let _cp = ControlPlane::start_with(&target, |o| o.installation = Installation::new(Some(INSTANCE)).expect("a valid name"))?;
-        let _leftovers = Leftovers { lv, prefix: format!("{}_mgmt-", target.ns) };
+        let _leftovers = Leftovers { lv, prefix: format!("{}_mgmt-", target.ns), volumes: vec![] };
         let file = target.dir().join("bootstrap.yaml");
         std::fs::write(&file, config(&target.ns, Some(INSTANCE), lv, 2))?;
         let data = target.dir().join("bootstrap-data");
@@ -252,7 +238,7 @@ async fn bad_bootstrap_configs_and_targets_are_named_and_move_nothing() -> anyho
     // A new cluster that does not answer when the move comes: named, and nothing moved (the
     // VM stays with the temporary control plane, for a rerun once the cluster answers).
     let _one = ONE_AT_A_TIME.lock().await;
-    let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-") };
+    let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-"), volumes: vec![] };
     let port = banlieue_test_backends::free_port();
     let unreachable = env.dir().join("unreachable.kubeconfig");
     std::fs::write(
@@ -302,7 +288,7 @@ async fn the_k0s_script_reads_vault_renders_cloud_init_makes_the_vms_and_moves_t
     // installation acts on them (no other test of this suite runs it, one bootstrap at a time).
     let _cp = ControlPlane::start_with(&target, |o| o.installation = Default::default())?;
     let ns = target.ns.clone();
-    let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-") };
+    let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-"), volumes: vec![] };
 
     // k0s's join material, as `k0s token pre-shared` and a CA would give it (the values are
     // the test's own: nothing here runs k0s).

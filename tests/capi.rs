@@ -94,7 +94,8 @@ impl Capi {
 
     /// The same, with more `labels` and `annotations` on the LibvirtCluster.
     async fn cluster_with(&self, name: &str, spec: Value, labels: Value, annotations: Value) -> anyhow::Result<()> {
-        let mut all_labels = json!({"cluster.x-k8s.io/cluster-name": name});
+        // The LibvirtCluster belongs to the test's installation, as its user would label it.
+        let mut all_labels = self.env.own(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": name}}}))["metadata"]["labels"].clone();
         if let (Some(all), Some(more)) = (all_labels.as_object_mut(), labels.as_object()) {
             all.extend(more.clone());
         }
@@ -124,6 +125,10 @@ impl Capi {
             bootstrap_secret(&self.env, name, json!({"value": b64(value), "format": b64("cloud-config")})).await?;
         }
         let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+        if let (Some(all), Some(from_template)) = (labels.as_object_mut(), template["spec"]["template"]["metadata"]["labels"].as_object()) {
+            // CAPI's clone carries the template's `spec.template.metadata.labels`.
+            all.extend(from_template.clone());
+        }
         if control_plane {
             labels["cluster.x-k8s.io/control-plane"] = json!("");
         }
@@ -209,9 +214,16 @@ fn condition<'a>(obj: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
     obj.data.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
 }
 
+/// A LibvirtMachineTemplate whose machines belong to the test's installation (the labels of
+/// `spec.template.metadata`, which CAPI copies onto each clone).
 fn template(env: &TestEnv, name: &str, class: &str, image: &str) -> Value {
-    json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "LibvirtMachineTemplate", "metadata": {"name": name, "namespace": env.ns},
-           "spec": {"template": {"spec": {"classRef": {"name": class}, "imageRef": {"name": image}}}}})
+    let labels = env.own(json!({"metadata": {}}))["metadata"]["labels"].clone();
+    let mut t = json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "LibvirtMachineTemplate", "metadata": {"name": name, "namespace": env.ns},
+           "spec": {"template": {"spec": {"classRef": {"name": class}, "imageRef": {"name": image}}}}});
+    if labels.is_object() {
+        t["spec"]["template"]["metadata"] = json!({"labels": labels});
+    }
+    t
 }
 
 fn failure_domains(c: &DynamicObject) -> Vec<(String, bool)> {

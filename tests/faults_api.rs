@@ -235,13 +235,29 @@ where
 /// `410 Gone`) converges on exactly the declared VMs, each made once, and deletion leaves none.
 #[tokio::test]
 async fn the_control_plane_converges_across_api_server_sigkills() -> anyhow::Result<()> {
-    let mut server = ApiServerProcess::start(SERVER).await?;
+    let server = ApiServerProcess::start(SERVER).await?;
+    converges_across_sigkills(server, "api-sigkill-control-plane").await
+}
+
+/// The same with a real kube-apiserver SIGKILLed (etcd keeps running, as when an API server
+/// of a real control plane crashes) and restarted on the same etcd data.
+#[tokio::test]
+async fn the_control_plane_converges_across_kube_apiserver_sigkills() -> anyhow::Result<()> {
+    let Some(scripts) = ApiServerProcess::kubernetes_scripts() else {
+        eprintln!("skipped: needs a kube-apiserver it may kill: set BANLIEUE_TEST_KUBERNETES to the directory of its start.sh and stop.sh");
+        return Ok(());
+    };
+    let server = ApiServerProcess::start_kubernetes(&scripts).await?;
+    converges_across_sigkills(server, "kube-apiserver-sigkill-control-plane").await
+}
+
+async fn converges_across_sigkills(mut server: ApiServerProcess, suite: &'static str) -> anyhow::Result<()> {
     let env = TestEnv::connect("api-kill-vms", &server.kubeconfig()).await?;
     env.install_crds().await?;
     let cp = ControlPlane::start(&env)?;
     let hosts = two_hosts(&env, &cp).await?;
-    let mut rng = Rng::seeded("api-sigkill-control-plane", 0x16_0001);
-    let mut tally = Tally::new("api-sigkill-control-plane");
+    let mut rng = Rng::seeded(suite, 0x16_0001);
+    let mut tally = Tally::new(suite);
     let mut made = MadeFor::default();
     let (rounds, per_round, members) = (iterations(2, 10), 6, 8);
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);

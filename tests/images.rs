@@ -200,6 +200,7 @@ async fn a_url_image_is_imported_into_a_libvirtd_provider_by_the_host_and_a_gues
     let sum = checksum(&disk);
     let server = FileServer::start(BTreeMap::from([("/guest.qcow2".to_string(), Answer::Bytes(disk.clone()))])).await?;
     let (class, image) = (format!("{ns}-lv"), format!("{ns}-guest"));
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{ns}_"), volumes: vec![format!("image@{image}@")] };
     let vmimage = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
                          "spec": {"sources": [{"providerClass": class, "url": server.url("/guest.qcow2"), "checksum": sum}]}});
     for object in libvirt_provider(&ns, &class, &lv).into_iter().chain([vmimage]) {
@@ -416,6 +417,7 @@ async fn a_built_image_goes_from_osartifact_to_every_backend_and_boots() -> anyh
     let vc = Vcsim::start().await?;
     let pve = FakePve::start().await?;
     let ns = env.ns.clone();
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{ns}_"), volumes: vec![format!("image@{ns}-")] };
     let (class, vsphere, proxmox) = (format!("{ns}-lv"), format!("{ns}-vsphere"), format!("{ns}-proxmox"));
     let (image, broken) = (format!("{ns}-kairos"), format!("{ns}-broken"));
     let build = json!({"osArtifact": {"image": {"ref": "quay.io/kairos/ubuntu:24.04-core-amd64-generic-v3.5.0"},

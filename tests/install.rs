@@ -366,7 +366,7 @@ async fn on_a_real_cluster_each_role_runs_with_its_own_service_account_token_and
     let class = env.libvirt_class();
     let disk = lv.guest_disk();
     let backend = Backend { uri: &lv.uri, pool: &lv.pool, network: &lv.network, disk: &disk };
-    let _leftovers = Domains { lv, prefix: format!("{ns}_") };
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{ns}_"), volumes: vec![] };
     for object in fixtures(ns, &class, &backend) {
         apply(&env.client, object).await?;
     }
@@ -430,20 +430,6 @@ async fn on_a_real_cluster_each_role_runs_with_its_own_service_account_token_and
     let log: Vec<Request> = text.lines().filter_map(Request::from_kube_audit).collect();
     anyhow::ensure!(log.iter().any(|r| r.user == Role::Controller.user()), "no request of the controller in {}", audit.display());
     least_privilege(&log, &repo_root().join("deploy/base/rbac.yaml"))
-}
-
-/// Removes the domains (and their volumes) a test made on libvirtd however it ends.
-struct Domains {
-    lv: &'static banlieue_test_backends::libvirtd::Libvirtd,
-    prefix: String,
-}
-
-impl Drop for Domains {
-    fn drop(&mut self) {
-        for d in self.lv.domains(&self.prefix).unwrap_or_default() {
-            self.lv.remove(&d, &format!("{d}_"));
-        }
-    }
 }
 
 #[tokio::test]

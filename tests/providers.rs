@@ -690,6 +690,8 @@ impl BanlieueProcess {
             .args(["run", "--no-leader-election", "--metrics-addr", &format!("127.0.0.1:{}", banlieue_test_backends::free_port())])
             .arg("--builtin-dir")
             .arg(banlieue_tests::control::guests_dist())
+            // The test's installation (its own on a shared cluster).
+            .args(env.installation().instance().iter().flat_map(|i| ["--instance", i]))
             .env("KUBECONFIG", &env.kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())

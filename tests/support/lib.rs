@@ -72,7 +72,10 @@ impl TestEnv {
                 (path, Some(server))
             }
         };
-        let client = client_for(&kubeconfig).await?;
+        let client = match server {
+            Some(_) => client_for(&kubeconfig).await?,
+            None => answering(&kubeconfig).await?,
+        };
         let (ns, instance) = names(test);
         let env = TestEnv { client, kubeconfig, ns, instance, server, dir };
         env.create_namespace(&env.ns).await?;
@@ -252,6 +255,21 @@ impl Drop for TestEnv {
     }
 }
 
+/// A client for the cluster of `BANLIEUE_TEST_KUBECONFIG`, once it answers: one that does
+/// not fails the test at once, naming it, not after the test's own timeouts.
+pub async fn answering(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let client = client_for(kubeconfig).await.with_context(|| format!("BANLIEUE_TEST_KUBECONFIG={}: not a usable kubeconfig", kubeconfig.display()))?;
+    let server = kube::config::Kubeconfig::read_from(kubeconfig)
+        .ok()
+        .and_then(|k| k.clusters.first().and_then(|c| c.cluster.as_ref()?.server.clone()))
+        .unwrap_or_default();
+    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(e)) => bail!("BANLIEUE_TEST_KUBECONFIG={}: the cluster at {server} does not answer: {e}", kubeconfig.display()),
+        Err(_) => bail!("BANLIEUE_TEST_KUBECONFIG={}: the cluster at {server} did not answer within 10 s", kubeconfig.display()),
+    }
+}
+
 /// A client for a kubeconfig file.
 pub async fn client_for(path: &Path) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::read_from(path)?;
@@ -340,4 +358,26 @@ where
     })
     .await??;
     Ok(seen)
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn an_unreachable_test_cluster_fails_at_once_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = banlieue_test_backends::free_port();
+        let path = dir.path().join("gone.kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: gone, cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}}}]\n\
+                 users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: gone, user: u}}}}]\ncurrent-context: c\n"
+            ),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let err = super::answering(&path).await.err().expect("refused").to_string();
+        assert!(err.contains("gone.kubeconfig") && err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(12), "named at once: {:?}", started.elapsed());
+    }
 }

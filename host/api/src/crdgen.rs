@@ -33,6 +33,12 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
 ///   (`unknown object type "nil" in ….enum[2]`) — `kubectl apply -k deploy/` failed on 1.24.
 ///
 /// Without either, a `null` sent for such a field is pruned, which is all banlieue needs.
+///
+/// And one thing kube-apiserver reads otherwise than it looks: a free-form map
+/// (`BTreeMap<String, Value>`, marked `x-kubernetes-preserve-unknown-fields`) comes out with
+/// `additionalProperties: true`, which kube-apiserver takes as an empty schema for every
+/// value — and prunes every field of a nested object (a VMImage's `build.osArtifact.image.ref`
+/// was stored as `image: {}`). Without it, the values are kept whole.
 pub fn without_nullable_objects(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn walk(v: &mut serde_json::Value) {
         match v {
@@ -42,6 +48,11 @@ pub fn without_nullable_objects(crd: CustomResourceDefinition) -> CustomResource
                 }
                 if let Some(serde_json::Value::Array(values)) = map.get_mut("enum") {
                     values.retain(|v| !v.is_null());
+                }
+                if map.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true))
+                    && map.get("additionalProperties") == Some(&serde_json::Value::Bool(true))
+                {
+                    map.remove("additionalProperties");
                 }
                 map.values_mut().for_each(walk);
             }
@@ -103,6 +114,8 @@ mod tests {
             nulls(&serde_json::to_value(&crd).unwrap(), crd.metadata.name.as_deref().unwrap(), &mut found);
         }
         assert!(found.is_empty(), "enums listing null: {found:#?}");
+        let yaml: String = all_crds().iter().map(to_yaml).collect();
+        assert!(!yaml.contains("additionalProperties: true"), "kube-apiserver prunes the nested fields of such maps");
         // The optional enums keep their values.
         let machine = infrastructure_crds("Libvirt").unwrap().into_iter().find(|c| c.spec.names.kind == "LibvirtMachine").unwrap();
         let schema = serde_json::to_value(&machine.spec.versions[0].schema).unwrap();

@@ -168,6 +168,28 @@ impl Libvirtd {
     }
 }
 
+/// Removes a test's domains whose names start with `prefix` (with their volumes), and its
+/// volumes starting with each of `volumes`, from libvirtd when dropped: a test that fails
+/// half-way leaves nothing on the libvirtd every test of the run shares.
+pub struct Leftovers {
+    pub lv: &'static Libvirtd,
+    pub prefix: String,
+    pub volumes: Vec<String>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for d in self.lv.domains(&self.prefix).unwrap_or_default() {
+            self.lv.remove(&d, &format!("{d}_"));
+        }
+        for prefix in &self.volumes {
+            for v in self.lv.volumes(prefix).unwrap_or_default() {
+                let _ = self.lv.virsh(&["vol-delete", "--pool", &self.lv.pool, &v]);
+            }
+        }
+    }
+}
+
 /// Poll `check` (a query of the backend) every 250 ms until it returns `Some`, for at most `timeout`.
 pub async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<Option<T>>) -> Result<T> {
     wait_for_async(what, timeout, || std::future::ready(check())).await
