@@ -108,8 +108,20 @@ impl ApiServerProcess {
     pub fn sigkill(&mut self) {
         if self.kubernetes.is_some() {
             // kube-apiserver only: etcd keeps what it acknowledged, as in a crashed control-plane node.
-            if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("apiserver.pid")) {
-                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            let pidfile = self.dir.path().join("apiserver.pid");
+            if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+                let pid = pid.trim().to_string();
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                // Dead once gone or a zombie (nobody here reaps the orphan): start.sh takes a
+                // pid that still answers `kill -0` for a running server, so the file goes too.
+                let stat = format!("/proc/{pid}/stat");
+                let started = Instant::now();
+                while std::fs::read_to_string(&stat).is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+                    && started.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = std::fs::remove_file(&pidfile);
             }
             return;
         }
