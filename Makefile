@@ -42,6 +42,7 @@ bench:
 	cargo bench -p banlieue-apiserver --bench apiserver
 	guests/build.sh && cargo bench -p banlieue-runtime --bench runtime
 	cargo bench -p banlieue-tests --bench control_loop
+	cargo bench -p banlieue-tests --bench real_cluster
 	cargo bench -p banlieue-tests --bench sharding
 	cargo bench -p banlieue-tests --bench providers
 	cargo bench -p banlieue-tests --bench libvirtd
