@@ -29,13 +29,16 @@ cargo test --workspace --locked --no-run --message-format=json >"$build"
 mapfile -t suites < <(python3 -c '
 import json, os, sys
 manifest = os.path.realpath(sys.argv[2] + "/tests/Cargo.toml")
+suites = {}
 for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or m["target"]["kind"] != ["test"]:
         continue
     if os.path.realpath(m["manifest_path"]) == manifest:
         if len(sys.argv) == 3 or m["target"]["name"] in sys.argv[3:]:
-            print(m["target"]["name"], m["executable"])
+            suites[m["target"]["name"]] = m["executable"]
+for name in sorted(suites):
+    print(name, suites[name])
 ' "$build" "$root" "$@")
 rm -f "$build"
 [ ${#suites[@]} -gt 0 ] || { echo "no such suite: $*" >&2; exit 2; }
