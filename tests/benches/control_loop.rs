@@ -11,7 +11,6 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use banlieue_api::VirtualMachine;
-use banlieue_controller::{Context, Options, Roles};
 use banlieue_tests::control::{apply, guests_dist, libvirt_test_node};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
@@ -113,15 +112,7 @@ async fn bench(vms: usize, tracked: usize) -> anyhow::Result<()> {
         apply(&client, object).await?;
     }
     let rss_before = rss_mib();
-    let options = Options {
-        builtin_dir: guests_dist(),
-        cache_dir: Some(dir.path().join("cache")),
-        leader_election: false,
-        concurrency: std::env::var("BENCH_CONCURRENCY").ok().and_then(|v| v.parse().ok()).unwrap_or(32),
-        ..Options::default()
-    };
-    let ctx = Context::new(client.clone(), options)?;
-    let roles = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
+    let (ctx, roles) = banlieue_tests::bench::control_plane(&client, guests_dist(), dir.path().join("cache"))?;
 
     // Warm up: components loaded and compiled, the Provider probed, one VM through.
     apply(&client, vm("warmup", "small")).await?;

@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use banlieue_api::{Provider, VirtualMachine};
-use banlieue_controller::{Context, Options, Roles};
+use banlieue_controller::Context;
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::bench::{env_or, median};
+use banlieue_tests::bench::{control_plane, env_or, median};
 use banlieue_tests::control::{apply, guests_dist};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
@@ -529,15 +529,7 @@ async fn bench() -> anyhow::Result<()> {
     ] {
         apply(&client, object).await?;
     }
-    let options = Options {
-        builtin_dir: dist,
-        cache_dir: Some(dir.path().join("cache")),
-        leader_election: false,
-        concurrency: env_or("BENCH_CONCURRENCY", 32),
-        ..Options::default()
-    };
-    let ctx = Context::new(client.clone(), options)?;
-    let roles = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
+    let (ctx, roles) = control_plane(&client, dist, dir.path().join("cache"))?;
 
     println!("{vms} VMs per run, {runs} runs per backend, concurrency {}", ctx.options.concurrency);
     let mut results: Vec<(Kind, Vec<Run>)> = Vec::new();

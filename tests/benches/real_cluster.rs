@@ -12,9 +12,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use banlieue_api::VirtualMachine;
-use banlieue_controller::{Context, Options, Roles};
 use banlieue_tests::apiserver::ApiServerProcess;
-use banlieue_tests::bench::{await_ready, env_or, ChildApiServer};
+use banlieue_tests::bench::{await_ready, control_plane, env_or, ChildApiServer};
 use banlieue_tests::control::{apply, guests_dist, libvirt_test_node};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -95,15 +94,7 @@ async fn run(server: &'static str, client: &kube::Client, vms: usize, objects: u
     {
         apply(client, object).await?;
     }
-    let options = Options {
-        builtin_dir: guests_dist(),
-        cache_dir: Some(dir.path().join("cache")),
-        leader_election: false,
-        concurrency: env_or("BENCH_CONCURRENCY", 32),
-        ..Options::default()
-    };
-    let ctx = Context::new(client.clone(), options)?;
-    let roles = tokio::spawn(banlieue_controller::run(ctx.clone(), Roles::ALL, std::future::pending()));
+    let (_ctx, roles) = control_plane(client, guests_dist(), dir.path().join("cache"))?;
     apply(client, vm("warmup")).await?;
     await_ready(client, NS, HashSet::from(["warmup".to_string()]), Duration::from_secs(120)).await?;
 

@@ -2,7 +2,8 @@
 //! what a benchmark measures in its own process — RSS, CPU — is the control plane's alone.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
@@ -77,6 +78,24 @@ impl Drop for ChildApiServer {
 /// `$name` parsed, or `default` when unset or unparsable (benchmark knobs).
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Every role of one process, run in the bench's process: no leader election, `BENCH_CONCURRENCY` honoured (default 32).
+pub fn control_plane(
+    client: &kube::Client,
+    builtin_dir: PathBuf,
+    cache_dir: PathBuf,
+) -> anyhow::Result<(Arc<banlieue_controller::Context>, tokio::task::JoinHandle<anyhow::Result<()>>)> {
+    let options = banlieue_controller::Options {
+        builtin_dir,
+        cache_dir: Some(cache_dir),
+        leader_election: false,
+        concurrency: env_or("BENCH_CONCURRENCY", 32),
+        ..banlieue_controller::Options::default()
+    };
+    let ctx = banlieue_controller::Context::new(client.clone(), options)?;
+    let roles = tokio::spawn(banlieue_controller::run(ctx.clone(), banlieue_controller::Roles::ALL, std::future::pending()));
+    Ok((ctx, roles))
 }
 
 /// The median (NaN for none).
