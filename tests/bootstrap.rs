@@ -239,15 +239,7 @@ async fn bad_bootstrap_configs_and_targets_are_named_and_move_nothing() -> anyho
     // VM stays with the temporary control plane, for a rerun once the cluster answers).
     let _one = ONE_AT_A_TIME.lock().await;
     let _leftovers = Leftovers { lv, prefix: format!("{ns}_mgmt-"), volumes: vec![] };
-    let port = banlieue_test_backends::free_port();
-    let unreachable = env.dir().join("unreachable.kubeconfig");
-    std::fs::write(
-        &unreachable,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: gone, cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}}}]\n\
-             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: gone, user: u}}}}]\ncurrent-context: c\n"
-        ),
-    )?;
+    let (unreachable, _) = banlieue_tests::unreachable_kubeconfig(env.dir(), "unreachable.kubeconfig")?;
     let file = env.dir().join("good.yaml");
     std::fs::write(&file, &good)?;
     let err = bootstrap(&file, &data, Some(&unreachable)).await.unwrap_err().to_string();

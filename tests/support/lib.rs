@@ -270,6 +270,21 @@ pub async fn answering(kubeconfig: &Path) -> anyhow::Result<Client> {
     }
 }
 
+/// A kubeconfig file `dir/file` naming a cluster on a free loopback port nothing serves;
+/// with that port.
+pub fn unreachable_kubeconfig(dir: &Path, file: &str) -> anyhow::Result<(PathBuf, u16)> {
+    let port = banlieue_test_backends::free_port();
+    let path = dir.join(file);
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: gone, cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: gone, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )?;
+    Ok((path, port))
+}
+
 /// A client for a kubeconfig file.
 pub async fn client_for(path: &Path) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::read_from(path)?;
@@ -365,16 +380,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_test_cluster_fails_at_once_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let port = banlieue_test_backends::free_port();
-        let path = dir.path().join("gone.kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters: [{{name: gone, cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}}}]\n\
-                 users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: gone, user: u}}}}]\ncurrent-context: c\n"
-            ),
-        )
-        .unwrap();
+        let (path, port) = super::unreachable_kubeconfig(dir.path(), "gone.kubeconfig").unwrap();
         let started = std::time::Instant::now();
         let err = super::answering(&path).await.err().expect("refused").to_string();
         assert!(err.contains("gone.kubeconfig") && err.contains(&format!("127.0.0.1:{port}")), "{err}");
