@@ -236,8 +236,13 @@ impl Drop for TestEnv {
             let names = |out: Option<Output>| -> Vec<String> {
                 out.map(|o| String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()).unwrap_or_default()
             };
-            // (Secrets too: a Provider's credentials carry its in-use finalizer.)
-            for object in names(kubectl(&["get", "banlieue,secrets", "-n", &self.ns, "-o", "name"])) {
+            // The namespaced kinds only: `get banlieue -n NS` lists the category's
+            // cluster-scoped kinds cluster-wide, which stripped the finalizers of the
+            // other tests' VMImages running beside this one. (Secrets too: a Provider's
+            // credentials carry its in-use finalizer.)
+            let namespaced = names(kubectl(&["api-resources", "--namespaced=true", "--categories=banlieue", "-o", "name"]));
+            let namespaced = namespaced.into_iter().chain(["secrets".to_string()]).collect::<Vec<_>>().join(",");
+            for object in names(kubectl(&["get", &namespaced, "-n", &self.ns, "-o", "name"])) {
                 kubectl(&["patch", "-n", &self.ns, &object, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
             }
             kubectl(&["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"]);
@@ -344,7 +349,7 @@ fn uuid_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("{:x}{}", nanos & 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+    format!("{:05x}{}", nanos & 0xfffff, N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Logs of the roles a test runs in-process, when `RUST_LOG` asks for them.

@@ -112,9 +112,18 @@ struct Download {
     checksum: String,
 }
 
-async fn reconcile(image: &VMImage, s: &Images) -> Result<Outcome, Error> {
+async fn reconcile(cached: &VMImage, s: &Images) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     let api: Api<VMImage> = Api::all(ctx.client.clone());
+    // An import replaces what the backend holds under the image's name, so it must not run
+    // twice. The watch cache can lag this controller's own last status write (a loaded
+    // kube-apiserver delivers it after the next reconcile has started), and acting on that
+    // stale status imported again over a volume a VM was already made from. So each
+    // reconcile acts on the object as the API server holds it now (a quorum read).
+    let Some(image) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(Outcome::AwaitChange);
+    };
+    let image = &image;
     let old = image.status.clone().unwrap_or_default();
     let mut st = old.clone();
     let generation = image.metadata.generation;
