@@ -1,0 +1,242 @@
+//! What every reconciler shares ([`Context`]) and the settings it is made from ([`Options`]).
+
+use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_api::provider::RequestedCapabilities;
+use banlieue_runtime::{CallError, Runtime, RuntimeConfig};
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::controllers::{in_use, provider_probe};
+use crate::framework::{installation, shards, throttle};
+use crate::ops::metrics::{Metrics, Readiness};
+use crate::sandbox::components::Components;
+use crate::sandbox::grants::{self, vault};
+use crate::status::reasons;
+use crate::FIELD_MANAGER;
+
+/// Settings shared by every role.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where `builtin:NAME` components are found.
+    pub builtin_dir: PathBuf,
+    /// The one directory `file://` component sources may name (none: they are refused).
+    pub component_dir: Option<PathBuf>,
+    /// Precompiled component cache.
+    pub cache_dir: Option<PathBuf>,
+    /// What a ProviderClass may request.
+    pub allowed_capabilities: RequestedCapabilities,
+    /// Serve `/metrics` here.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Take a Lease per role before acting (off only when a single process is certain).
+    pub leader_election: bool,
+    /// This replica's name in leases.
+    pub identity: String,
+    /// Vault (OpenBao) for Providers whose credentials are a Vault path.
+    pub vault: Option<VaultAccess>,
+    /// Reconciles run at once per controller.
+    pub concurrency: u16,
+    /// How often each Provider is probed (capacity, and whether its credentials rotated).
+    pub probe_interval: Duration,
+    /// The image cache of the `imagebuilder` role (none: the role cannot run).
+    pub image_cache: Option<ImageCacheOptions>,
+    /// Where the `imagebuilder` role has VMImage builds pushed (none: builds are refused).
+    pub image_build: Option<ImageBuildOptions>,
+    /// Watch namespaced objects in this namespace only (all namespaces when `None`).
+    pub namespace: Option<String>,
+    /// Split the `controller` and `provider` roles' work across replicas by shard leases
+    /// instead of one leader per role ([`shards`]); `None`: one leader does it all.
+    pub sharding: Option<shards::Sharding>,
+    /// The installation this process belongs to: the objects it acts on ([`installation`]).
+    pub installation: installation::Installation,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            builtin_dir: PathBuf::from("guests/dist"),
+            component_dir: None,
+            cache_dir: None,
+            allowed_capabilities: RequestedCapabilities { http: true, libvirt: true, secrets: true },
+            metrics_addr: None,
+            leader_election: true,
+            identity: format!("{}-{}", hostname(), std::process::id()),
+            vault: None,
+            concurrency: 32,
+            probe_interval: provider_probe::PROBE_INTERVAL,
+            namespace: None,
+            image_cache: None,
+            image_build: None,
+            sharding: None,
+            installation: installation::Installation::default(),
+        }
+    }
+}
+
+/// Where the `imagebuilder` role keeps downloaded images, and how much.
+#[derive(Clone, Debug)]
+pub struct ImageCacheOptions {
+    pub dir: PathBuf,
+    pub limit_bytes: u64,
+    /// URL schemes a VMImage source may use (`https`; `http` only where the network is trusted).
+    pub schemes: Vec<String>,
+}
+
+/// Where VMImage builds (kairos-operator `OSArtifact`s) are exported to.
+#[derive(Clone, Debug)]
+pub struct ImageBuildOptions {
+    /// `REGISTRY/REPOSITORY` the exporter pushes each built disk to (tag `<vmimage>-<generation>`).
+    pub registry: String,
+    /// The exporter's container image: it must have `sh` and `oras`.
+    pub exporter_image: String,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "banlieue".into())
+}
+
+/// Address and token of the Vault server holding Provider credentials.
+#[derive(Clone)]
+pub struct VaultAccess {
+    pub address: String,
+    /// For Providers whose `credentialsRef` names no `vault.auth`.
+    pub token: Option<banlieue_secrets::SecretValue>,
+}
+
+impl std::fmt::Debug for VaultAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaultAccess").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+/// What every reconciler shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub components: Components,
+    pub libvirt: banlieue_libvirt::Connections,
+    pub metrics: Arc<Metrics>,
+    /// What `/readyz` answers.
+    pub readiness: Arc<Readiness>,
+    pub options: Options,
+    pub(crate) grants: grants::Cache,
+    /// Logged-in Vault clients, for Providers whose credentials live in Vault.
+    pub(crate) vault: vault::Clients,
+    /// Backend sessions drivers keep between calls, one per Provider.
+    pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
+    /// The image cache (role `imagebuilder`), when configured.
+    pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
+    /// UIDs of the machines this process has created (see `machine::realise`).
+    pub(crate) created: Mutex<std::collections::HashSet<String>>,
+    /// Which Machines use which Provider, for in-use protection ([`in_use`]).
+    pub(crate) in_use: in_use::State,
+    /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
+    pub throttles: throttle::Throttles,
+    /// The shards this replica acts on, when the work is sharded.
+    pub shards: Option<Arc<shards::Shards>>,
+}
+
+impl Context {
+    pub fn new(client: kube::Client, options: Options) -> anyhow::Result<Arc<Context>> {
+        let rt = Runtime::new(RuntimeConfig { cache_dir: options.cache_dir.clone(), ..Default::default() })?;
+        let dirs = banlieue_runtime::source::LocalDirs { builtin: options.builtin_dir.clone(), files: options.component_dir.clone() };
+        let components = Components::new(rt, client.clone(), dirs, options.allowed_capabilities.clone());
+        let images = match &options.image_cache {
+            Some(c) => {
+                let schemes: Vec<&str> = c.schemes.iter().map(String::as_str).collect();
+                let cache = banlieue_imagebuilder::ImageCache::open(&c.dir, c.limit_bytes, &schemes)
+                    .map_err(|e| anyhow::anyhow!("opening the image cache {}: {e}", c.dir.display()))?;
+                Some(Arc::new(cache))
+            }
+            None => None,
+        };
+        let shards = options.sharding.map(|s| shards::Shards::new(s.count));
+        Ok(Arc::new(Context {
+            images,
+            client,
+            components,
+            libvirt: banlieue_libvirt::Connections::new(),
+            metrics: Arc::new(Metrics::default()),
+            readiness: Arc::default(),
+            options,
+            grants: grants::Cache::default(),
+            vault: vault::Clients::default(),
+            sessions: banlieue_runtime::capability::session::SessionStore::new(),
+            created: Mutex::default(),
+            in_use: in_use::State::default(),
+            throttles: throttle::Throttles::default(),
+            shards,
+        }))
+    }
+
+    /// A watch of this installation's objects (see [`installation`]).
+    pub fn scope(&self) -> kube::runtime::watcher::Config {
+        self.options.installation.watch(None)
+    }
+
+    /// The API of a namespaced kind over the namespaces this process watches.
+    pub fn watched<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.options.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+
+    /// The same for a dynamic kind (`<Kind>Machine`).
+    pub fn watched_dynamic(&self, resource: &kube::api::ApiResource) -> kube::Api<kube::api::DynamicObject> {
+        match &self.options.namespace {
+            Some(ns) => kube::Api::namespaced_with(self.client.clone(), ns, resource),
+            None => kube::Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Record an Event on `object` (core/v1, which `kubectl describe` shows on any
+    /// cluster and on the embedded server). Failing to record is logged, never fatal.
+    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: reasons::Reason, action: &str, note: impl Into<String>) {
+        let reason = reason.as_str();
+        use k8s_openapi::api::core::v1::{Event, EventSource};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = format!("{}.{:x}", object.name.as_deref().unwrap_or("object"), now.as_nanosecond());
+        let event = Event {
+            metadata: kube::api::ObjectMeta { name: Some(name), namespace: Some(namespace.clone()), ..Default::default() },
+            involved_object: object.clone(),
+            reason: Some(reason.into()),
+            message: Some(note.into()),
+            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+            action: Some(action.into()),
+            source: Some(EventSource { component: Some(FIELD_MANAGER.into()), host: None }),
+            reporting_component: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(self.options.identity.clone()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            ..Default::default()
+        };
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = api.create(&Default::default(), &event).await {
+            tracing::debug!(error = %e, reason, "recording event");
+        }
+    }
+
+    /// Time a component call and count its outcome.
+    pub async fn call<T>(&self, component: &str, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        let start = Instant::now();
+        tracing::debug!(component, function, "component call");
+        let result = fut.await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => reasons::Reason::of_call(e).as_str(),
+        };
+        tracing::debug!(component, function, outcome, elapsed = ?start.elapsed(), "component call returned");
+        self.metrics.component_call(component, function, start.elapsed(), outcome);
+        result
+    }
+}
+

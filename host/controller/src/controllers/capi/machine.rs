@@ -1,0 +1,350 @@
+//! Binding a `<Kind>Machine` CAPI made from a `<Kind>MachineTemplate` (role
+//! `controller`). CAPI copies the template's `spec.template.spec` — a class and an
+//! image, no Provider — and owns the copy by a `Machine`. Per CAPI's "Contract rules
+//! for InfraMachine" (v1beta2), banlieue then:
+//!
+//! 1. leaves it alone while paused (`Cluster.spec.paused`, `cluster.x-k8s.io/paused`),
+//!    saying so in a `Paused` condition;
+//! 2. waits for the owner `Machine` and its `spec.bootstrap.dataSecretName` (the
+//!    bootstrap provider's Secret, keys `value` and `format`);
+//! 3. places it: in the failure domain CAPI chose (`Machine.spec.failureDomain`, or the
+//!    machine's own `spec.failureDomain`), which must be one its cluster lists; else
+//!    through the placement policy across the cluster's domains — control-plane
+//!    machines only in domains marked `controlPlane`;
+//! 4. writes `spec.providerRef`, `spec.failureDomain` (the cluster's name of the domain)
+//!    and `spec.vm` (class and image resolved for that Provider, the bootstrap Secret as
+//!    user-data). From there [`crate::controllers::machine`] realises it like any other machine and
+//!    reports `providerID`, `addresses`, `initialization.provisioned` and `Ready`.
+//!
+//! Anything missing or wrong is a `Ready=False` condition naming it (CAPI mirrors it on
+//! the Machine) and nothing is created.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use banlieue_api::common::{NameRef, SecretKeyRef};
+use banlieue_api::infra::{ClusterFailureDomain, Deprecated, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat, V1Beta1Failure};
+use banlieue_api::vm::{Scheduled, VirtualMachineSpec, VirtualMachineStatus};
+use banlieue_api::{Provider, VMClass, VMImage, VirtualMachine};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::{cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
+use super::cluster::{BACKEND_DOMAIN_ATTRIBUTE, PROVIDER_ATTRIBUTE};
+use crate::status::conditions::{self, READY};
+use crate::controllers::machine::V1BETA1_FAILURE_REASON;
+use crate::status::reasons::{api_failure, Failure, Reason};
+use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
+use crate::placement::{resolve, scheduling};
+use crate::{status, Context, Error};
+
+/// What a machine waits for in the normal course of things (Normal events, not failures).
+const WAITING: [Reason; 4] = [Reason::WaitingForOwner, Reason::WaitingForBootstrapData, Reason::WaitingForCluster, Reason::WaitingForClusterInfrastructure];
+
+/// The bootstrap Secret's keys, per CAPI's bootstrap contract.
+pub const BOOTSTRAP_VALUE_KEY: &str = "value";
+pub const BOOTSTRAP_FORMAT_KEY: &str = "format";
+
+struct Kind {
+    ctx: Arc<Context>,
+    frame: Frame<DynamicObject>,
+    resource: ApiResource,
+}
+
+/// Bind every `<prefix>Machine` CAPI creates, until `stop`.
+pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let resource = crate::framework::infra_kinds::machine_resource(&prefix);
+    // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
+    // of them, are neither cached nor reconciled here).
+    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(super::CLUSTER_NAME_LABEL));
+    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let (by_machine, by_cluster) = (store.clone(), store.clone());
+    let (r1, r2) = (resource.clone(), resource.clone());
+    controller
+        // The owner Machine appears, gets its bootstrap data or a failure domain.
+        .watches_stream_with(
+            super::changes(&ctx, super::machine_resource()),
+            move |m: DynamicObject| {
+                let name = str_at(&m, "/spec/infrastructureRef/name").map(str::to_string);
+                let kind = str_at(&m, "/spec/infrastructureRef/kind").map(str::to_string);
+                let found = (kind.as_deref() == Some(r1.kind.as_str())).then(|| by_machine.get(&ObjectRef::new_with(name.as_deref().unwrap_or_default(), r1.clone()).within(&m.namespace().unwrap_or_default())));
+                found.flatten().map(|im| ObjectRef::from_obj_with(&*im, r1.clone()))
+            },
+            super::machine_resource(),
+        )
+        // Pausing and unpausing is on the Cluster.
+        .watches_stream_with(
+            super::changes(&ctx, super::cluster_resource()),
+            move |c: DynamicObject| of_cluster(&by_cluster, &c, &r2),
+            super::cluster_resource(),
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
+        .for_each(crate::framework::reconciler::log_run("capi-machine"))
+        .await;
+}
+
+/// The machines of CAPI Cluster `c`.
+pub fn of_cluster(store: &Store<DynamicObject>, c: &DynamicObject, resource: &ApiResource) -> Vec<ObjectRef<DynamicObject>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|m| m.namespace() == c.namespace() && super::cluster_name(m).as_deref() == Some(c.name_any().as_str()))
+        .map(|m| ObjectRef::from_obj_with(&*m, resource.clone()))
+        .collect()
+}
+
+async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+    kind.frame.reconcile(&m, reconcile_inner(&m, &kind)).await
+}
+
+fn spec(m: &DynamicObject) -> Result<InfraMachineSpec, serde_json::Error> {
+    serde_json::from_value(m.data.get("spec").cloned().unwrap_or_default())
+}
+
+async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
+    let ctx = &kind.ctx;
+    // Bound machines (VM-made ones always are) are the provider role's; a machine
+    // being deleted before it was bound has nothing on a backend.
+    let Ok(spec) = spec(m) else { return Ok(Outcome::AwaitChange) };
+    if spec.provider_ref.is_some() || m.metadata.deletion_timestamp.is_some() {
+        return Ok(Outcome::AwaitChange);
+    }
+    let ns = m.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &kind.resource);
+    let old: InfraMachineStatus = m.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    let mut st = old.clone();
+    let generation = m.metadata.generation;
+    let cluster = cluster_of(&ctx.client, m).await?;
+    if let Some(why) = paused(cluster.as_ref(), m) {
+        conditions::set(&mut st.conditions, PAUSED_CONDITION, true, Reason::Paused, why, generation);
+        status::write(&api, &m.name_any(), Some(&old), &st).await?;
+        return Ok(Outcome::AwaitChange);
+    }
+    if super::cluster_name(m).is_some() {
+        conditions::set(&mut st.conditions, PAUSED_CONDITION, false, Reason::NotPaused, "", generation);
+    }
+    let outcome = match bind(ctx, m, &kind.resource, &spec, cluster.as_ref()).await {
+        Ok(bound) => {
+            // The status first: once the spec names a Provider the provider role owns the
+            // conditions, and it must see this write before it writes its own.
+            conditions::set(&mut st.conditions, READY, false, Reason::Scheduled, bound.message.clone(), generation);
+            status::write(&api, &m.name_any(), Some(&old), &st).await?;
+            api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(serde_json::json!({ "spec": bound.patch }))).await?;
+            ctx.event(&m.object_ref(&kind.resource), false, Reason::Scheduled, "Schedule", bound.message).await;
+            return Ok(Outcome::AwaitChange);
+        }
+        Err((reason, message, retry)) => {
+            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
+            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
+            // A terminal failure, for v1beta1 readers too (cleared once the machine is Ready).
+            if !retry && !WAITING.contains(&reason) {
+                let failure = V1Beta1Failure { failure_reason: Some(V1BETA1_FAILURE_REASON.into()), failure_message: Some(format!("{reason}: {message}")) };
+                st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
+            }
+            if changed {
+                ctx.event(&m.object_ref(&kind.resource), !WAITING.contains(&reason), reason, "Schedule", message).await;
+            }
+            if retry { Outcome::Retry } else { Outcome::AwaitChange }
+        }
+    };
+    status::write(&api, &m.name_any(), Some(&old), &st).await?;
+    Ok(outcome)
+}
+
+/// What binding writes into the machine's spec, and the condition message saying where.
+struct Bound {
+    patch: serde_json::Value,
+    message: String,
+}
+
+/// Everything a CAPI machine needs before it can be realised; the first thing
+/// missing is the failure.
+async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, cluster: Option<&DynamicObject>) -> Result<Bound, Failure> {
+    let ns = m.namespace().unwrap_or_default();
+    let owner = super::owner(m, "Machine").ok_or_else(|| (Reason::WaitingForOwner, "waiting for CAPI to set the owner Machine".to_string(), false))?;
+    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &super::machine_resource());
+    let machine = machines
+        .get_opt(&owner.name)
+        .await
+        .map_err(|e| api_failure(&e))?
+        .ok_or_else(|| (Reason::WaitingForOwner, format!("owner Machine {:?} not found", owner.name), true))?;
+    let data_secret = str_at(&machine, "/spec/bootstrap/dataSecretName")
+        .ok_or_else(|| (Reason::WaitingForBootstrapData, format!("waiting for Machine {:?} to get spec.bootstrap.dataSecretName from its bootstrap provider", owner.name), false))?
+        .to_string();
+
+    // The template's class and image (checked before anything else is looked up, so a bad
+    // template says so at once).
+    let class_ref = spec.class_ref.as_ref().ok_or_else(|| (Reason::InvalidSpec, "spec.classRef is required for machines made from a template".to_string(), false))?;
+    let image_ref = spec.image_ref.as_ref().ok_or_else(|| (Reason::InvalidSpec, "spec.imageRef is required for machines made from a template".to_string(), false))?;
+    let class = Api::<VMClass>::all(ctx.client.clone())
+        .get_opt(&class_ref.name)
+        .await
+        .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
+        .map_err(|e| api_failure(&e))?
+        .ok_or_else(|| (Reason::ClassNotFound, format!("VMClass {:?} (spec.classRef) not found", class_ref.name), true))?;
+    let image = Api::<VMImage>::all(ctx.client.clone())
+        .get_opt(&image_ref.name)
+        .await
+        .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
+        .map_err(|e| api_failure(&e))?
+        .ok_or_else(|| (Reason::ImageNotFound, format!("VMImage {:?} (spec.imageRef) not found", image_ref.name), true))?;
+    let format = bootstrap_format(ctx, &ns, &data_secret).await?;
+
+    let domains = cluster_failure_domains(ctx, &ns, cluster).await?;
+    let wanted = spec.failure_domain.clone().or_else(|| str_at(&machine, "/spec/failureDomain").map(str::to_string));
+    let providers: Vec<Arc<Provider>> = Api::<Provider>::namespaced(ctx.client.clone(), &ns)
+        .list(&ctx.options.installation.list())
+        .await
+        .map_err(|e| api_failure(&e))?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let (domain, how) = match wanted {
+        Some(name) => {
+            let d = domains.iter().find(|d| d.name == name).ok_or_else(|| {
+                let known: Vec<&str> = domains.iter().map(|d| d.name.as_str()).collect();
+                (Reason::FailureDomainNotFound, format!("failure domain {name:?} is not one of the cluster's ({})", known.join(", ")), true)
+            })?;
+            (d.clone(), "as CAPI chose".to_string())
+        }
+        None => {
+            let control_plane = m.labels().contains_key(CONTROL_PLANE_LABEL);
+            place(ctx, m, resource, &class, &image, &domains, &providers, control_plane).await?
+        }
+    };
+    let provider_name = domain.attributes.get(PROVIDER_ATTRIBUTE).cloned().unwrap_or_default();
+    let backend_domain = domain.attributes.get(BACKEND_DOMAIN_ATTRIBUTE).cloned().unwrap_or_default();
+    let provider = providers
+        .iter()
+        .find(|p| p.name_any() == provider_name)
+        .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {provider_name:?} of failure domain {:?} not found", domain.name), true))?;
+    let provider_class = provider.spec.provider_class_ref.name.clone();
+    // Bound once: the binder does not come back to a machine it has bound.
+    let mut vm = resolve::machine_vm(&class, &image, provider, &provider_class, None)?;
+    vm.user_data = Some(SecretKeyRef { name: data_secret.clone(), key: BOOTSTRAP_VALUE_KEY.into() });
+    vm.user_data_format = Some(format);
+    vm.failure_domain = Some(backend_domain);
+    let patch = serde_json::json!({
+        "providerRef": NameRef { name: provider_name.clone() },
+        "failureDomain": domain.name,
+        "vm": vm,
+    });
+    Ok(Bound { patch, message: format!("bound to Provider {provider_name}, failure domain {} ({how}); bootstrap data from Secret {data_secret:?}", domain.name) })
+}
+
+/// The bootstrap Secret's `format` (cloud-config when absent), after checking it has a `value`.
+async fn bootstrap_format(ctx: &Context, ns: &str, name: &str) -> Result<UserDataFormat, Failure> {
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| api_failure(&e))?
+        .ok_or_else(|| (Reason::WaitingForBootstrapData, format!("bootstrap Secret {name:?} not found yet"), true))?;
+    let key = |k: &str| secret.data.as_ref().and_then(|d| d.get(k)).map(|b| b.0.clone()).or_else(|| secret.string_data.as_ref().and_then(|d| d.get(k)).map(|s| s.clone().into_bytes()));
+    if key(BOOTSTRAP_VALUE_KEY).is_none_or(|v| v.is_empty()) {
+        return Err((Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has no key {BOOTSTRAP_VALUE_KEY:?}"), true));
+    }
+    match key(BOOTSTRAP_FORMAT_KEY).as_deref() {
+        None | Some(b"cloud-config") => Ok(UserDataFormat::CloudConfig),
+        Some(b"ignition") => Ok(UserDataFormat::Ignition),
+        Some(other) => Err((Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has format {:?}; banlieue takes cloud-config or ignition", String::from_utf8_lossy(other)), true)),
+    }
+}
+
+/// The failure domains the cluster's `<Kind>Cluster` lists (`Cluster.spec.infrastructureRef`).
+async fn cluster_failure_domains(ctx: &Context, ns: &str, cluster: Option<&DynamicObject>) -> Result<Vec<ClusterFailureDomain>, Failure> {
+    let cluster = cluster.ok_or_else(|| (Reason::WaitingForCluster, "waiting for the CAPI Cluster named by label cluster.x-k8s.io/cluster-name".to_string(), true))?;
+    let (Some(group), Some(kind), Some(name)) = (
+        str_at(cluster, "/spec/infrastructureRef/apiGroup"),
+        str_at(cluster, "/spec/infrastructureRef/kind"),
+        str_at(cluster, "/spec/infrastructureRef/name"),
+    ) else {
+        return Err((Reason::WaitingForClusterInfrastructure, format!("Cluster {:?} has no spec.infrastructureRef yet", cluster.name_any()), true));
+    };
+    if group != banlieue_api::infra::INFRA_GROUP {
+        return Err((Reason::InvalidSpec, format!("Cluster {:?} has its infrastructure in {group}, not banlieue", cluster.name_any()), false));
+    }
+    let prefix = kind.strip_suffix("Cluster").unwrap_or(kind);
+    let resource = crate::framework::infra_kinds::cluster_resource(prefix);
+    let infra = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &resource)
+        .get_opt(name)
+        .await
+        .map_err(|e| api_failure(&e))?
+        .ok_or_else(|| (Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} not found"), true))?;
+    let st: InfraClusterStatus = infra.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    if st.failure_domains.is_empty() {
+        return Err((Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} lists no failure domains yet"), true));
+    }
+    Ok(st.failure_domains)
+}
+
+/// Let the placement policy (the class's, else spread) choose among the cluster's
+/// failure domains, counting the cluster's machines already placed.
+async fn place(
+    ctx: &Context,
+    m: &DynamicObject,
+    resource: &ApiResource,
+    class: &VMClass,
+    image: &VMImage,
+    domains: &[ClusterFailureDomain],
+    providers: &[Arc<Provider>],
+    control_plane: bool,
+) -> Result<(ClusterFailureDomain, String), Failure> {
+    let ns = m.namespace().unwrap_or_default();
+    // The machine and its placed siblings, as the scheduler sees VMs.
+    let as_vm = |o: &DynamicObject, scheduled: Option<Scheduled>| {
+        let mut vm = VirtualMachine::new(&o.name_any(), VirtualMachineSpec { class_ref: NameRef { name: class.name_any() }, ..Default::default() });
+        vm.metadata.namespace = Some(ns.clone());
+        vm.metadata.uid = o.uid();
+        vm.metadata.labels = o.metadata.labels.clone();
+        vm.status = scheduled.map(|s| VirtualMachineStatus { scheduled: Some(s), ..Default::default() });
+        vm
+    };
+    let me = as_vm(m, None);
+    let siblings = match super::cluster_name(m) {
+        Some(cluster) => {
+            let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", super::CLUSTER_NAME_LABEL));
+            Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, resource).list(&lp).await.map_err(|e| api_failure(&e))?.items
+        }
+        None => vec![],
+    };
+    let placed: Vec<Arc<VirtualMachine>> = siblings
+        .iter()
+        .filter_map(|o| {
+            let s = spec(o).ok()?;
+            let failure_domain = s.backend_failure_domain()?.to_string();
+            let scheduled = Scheduled { provider: s.provider_ref?.name, failure_domain, ..Default::default() };
+            Some(Arc::new(as_vm(o, Some(scheduled))))
+        })
+        .collect();
+    let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
+    let found = scheduling::candidates(&me, class, &image_classes, providers, &placed, true).map_err(|e| (Reason::InvalidPlacement, e, false))?;
+    // Only the cluster's domains; control planes only where the cluster allows them.
+    let allowed = |provider: &str, failure_domain: &str| {
+        domains.iter().find(|d| {
+            format!("{ns}/{}", d.attributes.get(PROVIDER_ATTRIBUTE).map(String::as_str).unwrap_or_default()) == provider
+                && d.attributes.get(BACKEND_DOMAIN_ATTRIBUTE).map(String::as_str) == Some(failure_domain)
+                && (!control_plane || d.control_plane == Some(true))
+        })
+    };
+    let mut candidates = found.candidates;
+    candidates.retain(|c| allowed(c.provider(), c.failure_domain()).is_some());
+    let candidates = scheduling::prefer_imported(candidates, image);
+    if candidates.is_empty() {
+        let what = if control_plane { "control-plane " } else { "" };
+        let mut message = format!("none of the cluster's {what}failure domains can host this machine");
+        if !found.excluded.is_empty() {
+            message.push_str(&format!(": {}", found.excluded.join("; ")));
+        }
+        return Err((Reason::NoCandidates, message, true));
+    }
+    let request = |parameters: &std::collections::BTreeMap<String, serde_json::Value>| scheduling::request(&me, class, parameters);
+    let decision = scheduling::decide(ctx, class.spec.placement_policy_ref.as_ref(), request, &candidates, crate::key(m)).await?;
+    let domain = allowed(&decision.candidate.provider, &decision.candidate.failure_domain).cloned().ok_or_else(|| (Reason::Internal, "the placement decision is not a cluster domain".to_string(), true))?;
+    Ok((domain, format!("by {}: {}", decision.policy, decision.why)))
+}

@@ -1,0 +1,13 @@
+//! One module per reconciled kind. Role `controller`: [`virtualmachine`], [`pool`],
+//! [`capi`]. Role `provider`: [`machine`], [`provider_probe`], [`in_use`]. Role
+//! `operator`: [`operator`] (ProviderClasses and PlacementPolicies). Role
+//! `imagebuilder`: [`vmimage`].
+
+pub mod capi;
+pub mod in_use;
+pub mod machine;
+pub mod operator;
+pub mod pool;
+pub mod provider_probe;
+pub mod virtualmachine;
+pub mod vmimage;

@@ -1,0 +1,384 @@
+//! The VirtualMachinePool controller (role `controller`). A pool owns VirtualMachines
+//! stamped from `spec.template`:
+//!
+//! 1. its members are the VMs it controls (owner reference), named `<pool>-<n>` with
+//!    the lowest free `n`, labelled `banlieue.io/pool` and `banlieue.io/pool-revision`
+//!    (a hash of the template), placed by the pool's `placementPolicyRef` when it has one
+//!    (spread across failure domains by default);
+//! 2. with `paused`, nothing changes but the status;
+//! 3. members that stay not Ready past `autoHealing.notReadyTimeoutSeconds` are deleted
+//!    (and so replaced), at most `maxReplacements` times per revision;
+//! 4. while members of an older revision exist (strategy RollingUpdate), one step of
+//!    [`plan::roll`] runs; otherwise the pool scales to `replicas`, in by
+//!    [`plan::scale_in`]'s order (never a member annotated `banlieue.io/protected`);
+//! 5. status: counts, the selector for the scale subresource, `Ready`, `Progressing`
+//!    and `ReplicaFailure` (a member's placement failing for a reason the template
+//!    causes stops the pool from making more).
+//!
+//! Deleting a pool deletes its members through the garbage collector (each member's
+//! own finalizer tears its backend VM down); `--cascade=orphan` leaves them.
+
+pub mod plan;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::vm::{UpdateStrategyType, VirtualMachinePoolStatus};
+use banlieue_api::{VirtualMachine, VirtualMachinePool};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+
+use crate::status::conditions::{self, READY, SCHEDULED};
+use crate::status::reasons::Reason;
+use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
+use crate::{status, Context, Error, FIELD_MANAGER};
+
+pub const POOL_LABEL: &str = "banlieue.io/pool";
+pub const REVISION_LABEL: &str = "banlieue.io/pool-revision";
+/// A member annotated `banlieue.io/protected: "true"` is never chosen for scale-in.
+pub const PROTECTED_ANNOTATION: &str = "banlieue.io/protected";
+pub const PROGRESSING: &str = "Progressing";
+pub const REPLICA_FAILURE: &str = "ReplicaFailure";
+/// How often a pool with members on their way is looked at, besides their own changes.
+const SETTLING: Duration = Duration::from_secs(10);
+
+/// Scheduling failures the template causes: making more members would fail the same way.
+const TEMPLATE_FAILURES: [Reason; 5] =
+    [Reason::ClassNotFound, Reason::ImageNotFound, Reason::UserDataNotFound, Reason::PlacementPolicyNotFound, Reason::NoImageSource];
+
+struct Pools {
+    ctx: Arc<Context>,
+    frame: Frame<VirtualMachinePool>,
+    vms: Store<VirtualMachine>,
+    vms_ready: crate::framework::reconciler::CachesReady,
+}
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let (store, writer) = kube::runtime::reflector::store();
+    let pool_changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VirtualMachinePool>(), ctx.scope()))
+        .retried()
+        .touched_objects()
+        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+    let (vms, vm_writer) = kube::runtime::reflector::store();
+    let member_changes = kube::runtime::reflector(
+        vm_writer,
+        watcher(ctx.watched::<VirtualMachine>(), ctx.options.installation.watch(Some(POOL_LABEL))).modify(|vm: &mut VirtualMachine| {
+            vm.metadata.managed_fields = None;
+        }),
+    )
+    .retried()
+    .touched_objects();
+    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
+    Controller::for_stream(pool_changes, store)
+        .trigger_backoff(crate::framework::reconciler::PerWatch)
+        // A member's change (Ready, deleted) is its pool's business.
+        .watches_stream(member_changes, |vm: VirtualMachine| {
+            let ns = vm.namespace();
+            vm.owner_references()
+                .iter()
+                .filter(|o| o.controller == Some(true) && o.kind == "VirtualMachinePool")
+                .map(|o| ObjectRef::new(&o.name).within(ns.as_deref().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
+        .graceful_shutdown_on(stop)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .run(reconcile, |pool, err, pools| pools.frame.error_policy(&pool, err), pools)
+        .for_each(crate::framework::reconciler::log_run("pool"))
+        .await;
+    Ok(())
+}
+
+async fn reconcile(pool: Arc<VirtualMachinePool>, pools: Arc<Pools>) -> Result<Action, Error> {
+    pools.vms_ready.wait(|| async { pools.vms.wait_until_ready().await.map_err(|_| Error::Other("the VM cache's watch stopped".into())) }).await?;
+    pools.frame.reconcile(&pool, reconcile_pool(&pool, &pools)).await
+}
+
+/// The revision of a template: a short hash of its JSON.
+pub fn revision(pool: &VirtualMachinePool) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&pool.spec.template).unwrap_or_default().hash(&mut h);
+    format!("{:010x}", h.finish() & 0xff_ffff_ffff)
+}
+
+/// What a reconcile changed, for the status and the events.
+#[derive(Default)]
+struct Changes {
+    created: Vec<String>,
+    deleted: Vec<(String, &'static str)>,
+    failure: Option<(Reason, String)>,
+}
+
+async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Pools) -> Result<Outcome, Error> {
+    if pool.metadata.deletion_timestamp.is_some() {
+        return Ok(Outcome::AwaitChange);
+    }
+    let ctx = &*pools.ctx;
+    let (ns, name) = (pool.namespace().unwrap_or_default(), pool.name_any());
+    let uid = pool.uid().unwrap_or_default();
+    let generation = pool.metadata.generation;
+    let revision = revision(pool);
+    let mut status = pool.status.clone().unwrap_or_default();
+    if status.current_revision.as_deref() != Some(revision.as_str()) {
+        status.current_revision = Some(revision.clone());
+        status.replaced = 0;
+    }
+    status.observed_generation = generation;
+
+    let selector = match Selector::try_from(pool.spec.selector.clone()) {
+        Ok(s) if s.matches(&pool.spec.template.metadata.labels) => s,
+        Ok(_) => return fail(pool, status, Reason::InvalidSelector, "spec.selector does not match spec.template.metadata.labels".into(), ctx).await,
+        Err(e) => return fail(pool, status, Reason::InvalidSelector, format!("spec.selector: {e}"), ctx).await,
+    };
+    status.selector = Some(selector.to_string());
+
+    let owned: Vec<Arc<VirtualMachine>> = pools
+        .vms
+        .state()
+        .into_iter()
+        .filter(|vm| vm.namespace().as_deref() == Some(ns.as_str()) && vm.owner_references().iter().any(|o| o.uid == uid && o.controller == Some(true)))
+        .collect();
+    let (live, terminating): (Vec<Arc<VirtualMachine>>, Vec<Arc<VirtualMachine>>) =
+        owned.into_iter().partition(|vm| vm.metadata.deletion_timestamp.is_none());
+    let members: Vec<plan::Member> = live.iter().map(|vm| member(vm)).collect();
+    let replicas = usize::try_from(pool.spec.replicas).unwrap_or(0);
+    let mut changes = Changes::default();
+    let mut next = Outcome::AwaitChange;
+
+    if !pool.spec.paused {
+        changes.failure = template_failure(&live, &revision);
+        // Auto-healing: members not Ready past the timeout go (and are made again).
+        let mut healed: BTreeSet<String> = BTreeSet::new();
+        if let Some(h) = &pool.spec.auto_healing {
+            let timeout = Duration::from_secs(u64::from(h.not_ready_timeout_seconds));
+            for vm in &live {
+                let Some(waited) = not_ready_for(vm) else { continue };
+                if waited < timeout {
+                    next = sooner(next, Outcome::Requeue(timeout - waited + Duration::from_secs(1)));
+                    continue;
+                }
+                if status.replaced >= i32::try_from(h.max_replacements).unwrap_or(i32::MAX) {
+                    changes.failure = Some((
+                        Reason::AutoHealingLimit,
+                        format!(
+                            "{} has not been Ready for {}s; {} replacement(s) made for revision {revision}, the limit",
+                            vm.name_any(),
+                            waited.as_secs(),
+                            status.replaced
+                        ),
+                    ));
+                    break;
+                }
+                status.replaced += 1;
+                healed.insert(vm.name_any());
+                changes.deleted.push((vm.name_any(), "not Ready in time"));
+            }
+        }
+        let members: Vec<plan::Member> = members.iter().filter(|m| !healed.contains(&m.name)).cloned().collect();
+        let rolling = pool.spec.update_strategy.type_ == UpdateStrategyType::RollingUpdate && members.iter().any(|m| m.revision != revision);
+        let (create, delete) = if rolling {
+            let bounds = pool.spec.update_strategy.rolling_update.clone().unwrap_or_default();
+            let quarter = IntOrString::String("25%".into());
+            let surge = plan::resolve(bounds.max_surge.as_ref().unwrap_or(&quarter), replicas, true).unwrap_or(1);
+            let unavailable = plan::resolve(bounds.max_unavailable.as_ref().unwrap_or(&quarter), replicas, false).unwrap_or(0);
+            let step = plan::roll(&members, replicas, &revision, surge, unavailable);
+            (step.create, step.delete.into_iter().map(|n| (n, "rolling update")).collect::<Vec<_>>())
+        } else if members.len() < replicas {
+            (replicas - members.len(), vec![])
+        } else {
+            (0, plan::scale_in(&members, replicas).into_iter().map(|n| (n, "scale in")).collect())
+        };
+        changes.deleted.extend(delete);
+        let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
+        for (member, _) in &changes.deleted {
+            match api.delete(member, &DeleteParams::background()).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                r => {
+                    r?;
+                }
+            }
+        }
+        // A template that cannot work makes nothing more.
+        if changes.failure.is_none() {
+            let taken: BTreeSet<String> = live.iter().chain(&terminating).map(|vm| vm.name_any()).collect();
+            for member_name in free_names(&name, &taken, create) {
+                let body = member_object(pool, &member_name, &revision);
+                api.patch(&member_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+                changes.created.push(member_name);
+            }
+        }
+    }
+
+    for (member, why) in &changes.deleted {
+        ctx.event(&pool.object_ref(&()), false, Reason::ScaledIn, "Scale", format!("deleted {member} ({why})")).await;
+    }
+    if !changes.created.is_empty() {
+        ctx.event(&pool.object_ref(&()), false, Reason::ScaledOut, "Scale", format!("created {}", changes.created.join(", "))).await;
+    }
+    report(&mut status, pool, &live, &revision, &changes, replicas);
+    if !conditions::is_true(&status.conditions, READY) || status.updated_replicas != status.replicas {
+        next = sooner(next, Outcome::Requeue(SETTLING));
+    }
+    write_status(ctx, pool, status).await?;
+    Ok(next)
+}
+
+/// Set `ReplicaFailure` and stop: nothing can be done until the pool changes.
+async fn fail(pool: &VirtualMachinePool, mut status: VirtualMachinePoolStatus, reason: Reason, message: String, ctx: &Context) -> Result<Outcome, Error> {
+    conditions::set(&mut status.conditions, REPLICA_FAILURE, true, reason, message.clone(), pool.metadata.generation);
+    ctx.event(&pool.object_ref(&()), true, reason, "Reconcile", message).await;
+    write_status(ctx, pool, status).await?;
+    Ok(Outcome::AwaitChange)
+}
+
+async fn write_status(ctx: &Context, pool: &VirtualMachinePool, status: VirtualMachinePoolStatus) -> Result<(), Error> {
+    let api: Api<VirtualMachinePool> = Api::namespaced(ctx.client.clone(), &pool.namespace().unwrap_or_default());
+    status::write(&api, &pool.name_any(), pool.status.as_ref(), &status).await?;
+    Ok(())
+}
+
+fn report(status: &mut VirtualMachinePoolStatus, pool: &VirtualMachinePool, live: &[Arc<VirtualMachine>], revision: &str, changes: &Changes, replicas: usize) {
+    let generation = pool.metadata.generation;
+    let count = |f: &dyn Fn(&VirtualMachine) -> bool| i32::try_from(live.iter().filter(|vm| f(vm)).count()).unwrap_or(i32::MAX);
+    status.replicas = count(&|_| true);
+    status.ready_replicas = count(&|vm| is_ready(vm));
+    status.updated_replicas = count(&|vm| vm.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision));
+    let want = i32::try_from(replicas).unwrap_or(i32::MAX);
+    let all_ready = status.ready_replicas == want && status.replicas == want;
+    let message = format!("{}/{want} Ready, {} updated", status.ready_replicas, status.updated_replicas);
+    conditions::set(&mut status.conditions, READY, all_ready, if all_ready { Reason::AllReady } else { Reason::NotAllReady }, message, generation);
+    let (progressing, reason, message) = if pool.spec.paused {
+        (false, Reason::Paused, "spec.paused is set: members are left as they are".to_string())
+    } else if status.updated_replicas < status.replicas {
+        (true, Reason::Updating, format!("{} of {} members on revision {revision}", status.updated_replicas, status.replicas))
+    } else if status.replicas != want || !changes.created.is_empty() || !changes.deleted.is_empty() {
+        (true, Reason::Scaling, format!("{} members, {want} wanted", status.replicas))
+    } else {
+        (false, Reason::Stable, format!("{want} members on revision {revision}"))
+    };
+    conditions::set(&mut status.conditions, PROGRESSING, progressing, reason, message, generation);
+    match &changes.failure {
+        Some((reason, message)) => conditions::set(&mut status.conditions, REPLICA_FAILURE, true, *reason, message.clone(), generation),
+        None => conditions::remove(&mut status.conditions, REPLICA_FAILURE),
+    }
+}
+
+/// A member as the planner sees it.
+pub fn member(vm: &VirtualMachine) -> plan::Member {
+    plan::Member {
+        name: vm.name_any(),
+        revision: vm.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
+        ready: is_ready(vm),
+        failure_domain: vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| format!("{}/{}", s.provider, s.failure_domain)),
+        created: vm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or_default(),
+        protected: vm.annotations().get(PROTECTED_ANNOTATION).is_some_and(|v| v == "true"),
+    }
+}
+
+fn is_ready(vm: &VirtualMachine) -> bool {
+    vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, READY))
+}
+
+/// How long a member has not been Ready (since it was made, or last stopped being
+/// Ready); `None` when it is Ready.
+fn not_ready_for(vm: &VirtualMachine) -> Option<Duration> {
+    if is_ready(vm) {
+        return None;
+    }
+    let since = vm
+        .status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, READY))
+        .map(|c| c.last_transition_time.0)
+        .or_else(|| vm.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+    let waited = k8s_openapi::jiff::Timestamp::now().duration_since(since);
+    Some(Duration::from_secs(u64::try_from(waited.as_secs()).unwrap_or(0)))
+}
+
+/// A member of the current revision whose placement failed for a reason the template
+/// causes (its class, image or user-data missing): the pool's `ReplicaFailure`.
+fn template_failure(live: &[Arc<VirtualMachine>], revision: &str) -> Option<(Reason, String)> {
+    live.iter().filter(|vm| vm.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision)).find_map(|vm| {
+        let c = conditions::get(&vm.status.as_ref()?.conditions, SCHEDULED)?;
+        let reason = TEMPLATE_FAILURES.into_iter().find(|r| *r == c.reason)?;
+        Some((reason, format!("member {}: {}", vm.name_any(), c.message)))
+    })
+}
+
+fn sooner(a: Outcome, b: Outcome) -> Outcome {
+    match (a, b) {
+        (Outcome::Requeue(x), Outcome::Requeue(y)) => Outcome::Requeue(x.min(y)),
+        (Outcome::Requeue(x), _) | (_, Outcome::Requeue(x)) => Outcome::Requeue(x),
+        (a, _) => a,
+    }
+}
+
+/// `n` names `<pool>-<i>` with the lowest `i` not taken.
+fn free_names(pool: &str, taken: &BTreeSet<String>, n: usize) -> Vec<String> {
+    (0..).map(|i| format!("{pool}-{i}")).filter(|name| !taken.contains(name)).take(n).collect()
+}
+
+/// A member as the pool applies it: the template, the pool's labels and its owner reference.
+fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str) -> serde_json::Value {
+    let t = &pool.spec.template;
+    let mut spec = t.spec.clone();
+    // The pool's placement policy, unless the template names one itself.
+    if let Some(policy) = &pool.spec.placement_policy_ref {
+        let placement = spec.placement.get_or_insert_with(Default::default);
+        placement.policy_ref.get_or_insert_with(|| policy.clone());
+    }
+    let mut labels: BTreeMap<String, String> = t.metadata.labels.clone();
+    labels.insert(POOL_LABEL.into(), pool.name_any());
+    labels.insert(REVISION_LABEL.into(), revision.into());
+    // Members belong to the pool's installation.
+    if let Some(instance) = pool.labels().get(banlieue_api::INSTANCE_LABEL) {
+        labels.insert(banlieue_api::INSTANCE_LABEL.into(), instance.clone());
+    }
+    serde_json::json!({
+        "apiVersion": VirtualMachine::api_version(&()),
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": name,
+            "namespace": pool.namespace(),
+            "labels": labels,
+            "annotations": t.metadata.annotations,
+            "ownerReferences": [pool.controller_owner_ref(&())],
+        },
+        "spec": spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_fill_the_lowest_gaps() {
+        let taken = BTreeSet::from(["web-0".to_string(), "web-2".to_string()]);
+        assert_eq!(free_names("web", &taken, 3), ["web-1", "web-3", "web-4"]);
+    }
+
+    #[test]
+    fn the_revision_follows_the_template_only() {
+        let mut pool: VirtualMachinePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "web"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}}}
+        }))
+        .unwrap();
+        let r1 = revision(&pool);
+        pool.spec.replicas = 5;
+        assert_eq!(revision(&pool), r1, "scaling is not a new revision");
+        pool.spec.template.spec.image_ref.name = "debian-13".into();
+        assert_ne!(revision(&pool), r1);
+        assert_eq!(r1.len(), 10);
+    }
+}

@@ -1,0 +1,788 @@
+//! The VirtualMachine controller (role `controller`), following DESIGN.md §3:
+//!
+//! 1. finalizer `banlieue.io/virtualmachine`;
+//! 2. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
+//!    Secret: banlieue watches no Secrets, so a missing one is looked for again with backoff);
+//! 3. gather candidates ([`crate::placement::scheduling`]) and let the placement component
+//!    choose — or keep the current placement while it still holds, and apply the
+//!    `migrationPolicy` when it does not;
+//! 4. record the decision in `status.scheduled` and `status.infrastructureRef`
+//!    *before* any Machine exists, so a crash never leaves a Machine nobody knows of;
+//! 5. on a move, delete the old Machine and wait until its finalizer has torn the
+//!    backend VM down; then server-side-apply the new `<Kind>Machine`;
+//! 6. mirror the Machine's status; `Ready` only when the Machine says so.
+//!
+//! Deleting the VM deletes its Machine and waits for it to be gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedVm};
+use banlieue_api::provider::Provider;
+use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
+use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+
+use crate::status;
+use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
+use crate::framework::infra_kinds::PAUSED_ANNOTATION;
+use crate::status::reasons::Reason;
+use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
+use crate::framework::infra_kinds;
+use crate::placement::scheduling;
+use crate::status::finalizer;
+use crate::{Context, Error, FIELD_MANAGER};
+
+pub const FINALIZER: &str = "banlieue.io/virtualmachine";
+pub const VM_LABEL: &str = "banlieue.io/vm";
+/// When to look again at a VM whose cached copy was found older than the server's.
+const STALE_CACHE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a recorded decision may go unseen in the cache before the cache is trusted again.
+const STALE_CACHE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+struct State {
+    ctx: Arc<Context>,
+    frame: Frame<VirtualMachine>,
+    vms: Store<VirtualMachine>,
+    /// What a reconcile reads, kept by watches (the same ones that trigger reconciles).
+    classes: Store<VMClass>,
+    images: Store<VMImage>,
+    providers: Store<Provider>,
+    provider_classes: Store<ProviderClass>,
+    caches_ready: CachesReady,
+    /// Decisions this process recorded that the VM cache has not shown yet, by VM UID. A
+    /// Machine's event can wake a VM before the VM's own watch has brought back the status
+    /// that placed it; acting on that older copy would place the VM a second time.
+    /// Decisions enter it when made (before they are written), so the next placement in
+    /// this process counts them: a burst of VMs is spread, not all put where the first went.
+    unseen: std::sync::Mutex<std::collections::HashMap<String, (Scheduled, std::time::Instant)>>,
+    /// Held from gathering candidates to assuming the decision: placements in one process
+    /// see each other's decisions.
+    placing: tokio::sync::Mutex<()>,
+}
+
+impl State {
+    /// Whether `vm` (as cached) predates a decision this process recorded for it; forgets the
+    /// decision once the cache shows it.
+    fn stale(&self, vm: &VirtualMachine) -> bool {
+        let (Some(uid), mut unseen) = (vm.uid(), self.unseen.lock().unwrap_or_else(|e| e.into_inner())) else { return false };
+        let Some((recorded, at)) = unseen.get(&uid) else { return false };
+        // A watch catches up in milliseconds; past the bound, the cache is what it is.
+        let seen = vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, recorded));
+        if seen || at.elapsed() > STALE_CACHE_BOUND {
+            unseen.remove(&uid);
+            return false;
+        }
+        true
+    }
+
+    /// Count `scheduled` as `vm`'s placement from now on (it is about to be written).
+    fn assume(&self, vm: &VirtualMachine, scheduled: Scheduled) {
+        if let Some(uid) = vm.uid() {
+            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, (scheduled, std::time::Instant::now()));
+        }
+    }
+
+    /// A decision whose write failed: nothing records it.
+    fn forget(&self, vm: &VirtualMachine) {
+        if let Some(uid) = vm.uid() {
+            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        }
+    }
+
+    /// Every cached VM, with the decisions this process made but the cache does not show yet.
+    /// (`image` is filled in after the decision, so a cached copy may differ from it there.)
+    fn placed_vms(&self) -> Vec<Arc<VirtualMachine>> {
+        let mut vms = self.vms.state();
+        let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
+        unseen.retain(|_, (_, at)| at.elapsed() <= STALE_CACHE_BOUND);
+        if unseen.is_empty() {
+            return vms;
+        }
+        for vm in &mut vms {
+            let Some((scheduled, _)) = vm.uid().and_then(|uid| unseen.get(&uid)) else { continue };
+            if !vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, scheduled)) {
+                let mut assumed = VirtualMachine::clone(vm);
+                assumed.status.get_or_insert_with(Default::default).scheduled = Some(scheduled.clone());
+                *vm = Arc::new(assumed);
+            }
+        }
+        vms
+    }
+}
+
+impl State {
+    async fn ready(&self) -> Result<(), Error> {
+        self.caches_ready
+            .wait(|| async {
+                let not_ready = |_| Error::Other("a cache's watch stopped".into());
+                self.classes.wait_until_ready().await.map_err(not_ready)?;
+                self.images.wait_until_ready().await.map_err(not_ready)?;
+                self.providers.wait_until_ready().await.map_err(not_ready)?;
+                self.provider_classes.wait_until_ready().await.map_err(not_ready)
+            })
+            .await
+    }
+}
+
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
+    let client = ctx.client.clone();
+    // The VM cache drops managedFields: they are most of a VM's size and no reconcile reads them.
+    let (store, writer) = kube::runtime::reflector::store();
+    let vm_changes = kube::runtime::reflector(
+        writer,
+        watcher(ctx.watched::<VirtualMachine>(), ctx.scope()).modify(|vm: &mut VirtualMachine| {
+            vm.metadata.managed_fields = None;
+        }),
+    )
+    .retried()
+    .touched_objects()
+    // Only what a reconcile acts on wakes it; its own status writes do not, except, when
+    // sharded, a new placement (the VM moves to its Provider's shard, whose holder goes on).
+    .predicate_filter(if ctx.shards.is_some() { acted_on_or_placed } else { acted_on_vm }, kube::runtime::PredicateConfig::default());
+    let controller = Controller::for_stream(vm_changes, store.clone()).trigger_backoff(crate::framework::reconciler::PerWatch);
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tokio::spawn(watch_machines(ctx.clone(), tx));
+    let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
+        move |name: String, ns: Option<String>| -> Vec<ObjectRef<VirtualMachine>> {
+            store
+                .state()
+                .into_iter()
+                .filter(|vm| f(vm, &name, ns.as_deref()))
+                .map(|vm| ObjectRef::from_obj(&*vm))
+                .collect()
+        }
+    };
+    let by_class = by(|vm, n, _| vm.spec.class_ref.name == n, store.clone());
+    let by_image = by(|vm, n, _| vm.spec.image_ref.name == n, store.clone());
+    let concerned = by(concerns_vm, store.clone());
+    let unscheduled = by(|vm, _, _| unscheduled(vm), store.clone());
+    let unscheduled_too = unscheduled.clone();
+    let (classes, class_changes) = cached(Api::<VMClass>::all(client.clone()), ctx.scope());
+    let (images, image_changes) = cached(Api::<VMImage>::all(client.clone()), ctx.scope());
+    let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
+    let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()), ctx.scope());
+    let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
+    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default(), placing: Default::default() });
+    controller
+        .reconcile_on(rx)
+        .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
+        .watches_stream(image_changes, move |o| by_image(o.name_any(), None))
+        .watches_stream(provider_changes, move |o| concerned(o.name_any(), o.namespace()))
+        .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
+        .watches_stream(crate::framework::reconciler::changes(Api::<PlacementPolicy>::all(client.clone()), ctx.scope()), move |o| unscheduled(o.name_any(), None))
+        .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
+        .graceful_shutdown_on(stop)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .run(reconcile, |vm, err, state| state.frame.error_policy(&vm, err), state)
+        .for_each(crate::framework::reconciler::log_run("virtualmachine"))
+        .await;
+    Ok(())
+}
+
+/// Whether a change of Provider `provider` in namespace `ns` concerns `vm`: a VM to be placed
+/// (its candidates changed) or one placed on that Provider (its placement may no longer hold).
+/// A VM placed on another Provider reads nothing of it; waking every VM of the namespace made
+/// each change of a Provider's status (every probe that finds its capacity changed) cost one
+/// reconcile and one Machine GET per VM.
+fn concerns_vm(vm: &VirtualMachine, provider: &str, ns: Option<&str>) -> bool {
+    vm.namespace().as_deref() == ns
+        && (unscheduled(vm) || vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| s.provider == provider))
+}
+
+/// A VM to be placed (or placed again): not `Scheduled`.
+fn unscheduled(vm: &VirtualMachine) -> bool {
+    !vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, SCHEDULED))
+}
+
+/// A VM belongs to the shard of the Provider it is placed on, or, not placed yet, to its own.
+pub fn shard_key(vm: &VirtualMachine) -> String {
+    match vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) {
+        Some(s) => format!("{}/{}", vm.namespace().unwrap_or_default(), s.provider),
+        None => crate::key(vm),
+    }
+}
+
+/// What wakes a VM's reconcile: [`crate::framework::reconciler::acted_on`] without the finalizers (the
+/// reconcile that adds banlieue's goes on by itself; no other finalizer concerns it).
+fn acted_on_vm(vm: &VirtualMachine) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    vm.metadata.generation.hash(&mut h);
+    hash_meta(&vm.metadata, false, &mut h);
+    Some(h.finish())
+}
+
+/// [`acted_on_vm`], and the Provider the VM is placed on.
+fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    acted_on_vm(vm).hash(&mut h);
+    vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| &s.provider).hash(&mut h);
+    Some(h.finish())
+}
+
+/// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
+/// Only the owner is read here, so the watch asks for metadata only (the reconcile GETs the Machine).
+async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
+    let mut kinds = infra_kinds::watch(ctx.client.clone(), ctx.scope()).boxed();
+    while let Some(prefix) = kinds.next().await {
+        let resource = infra_kinds::machine_resource(&prefix);
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
+            Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+            None => Api::all_with(ctx.client.clone(), &resource),
+        };
+        let (tx, scope) = (tx.clone(), ctx.scope());
+        tokio::spawn(async move {
+            let mut events = crate::framework::reconciler::changes(api, scope).boxed();
+            while let Some(m) = events.next().await {
+                let Ok(m) = m else { continue };
+                let owner = m.owner_references().iter().find(|o| o.kind == "VirtualMachine" && o.api_version.starts_with(banlieue_api::GROUP));
+                if let (Some(owner), Some(ns)) = (owner, m.namespace())
+                    && tx.unbounded_send(ObjectRef::new(&owner.name).within(&ns)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action, Error> {
+    state.ready().await?;
+    state.frame.reconcile(&vm, Reconcile::new(&vm, &state).run()).await
+}
+
+/// Why the VM cannot progress: the condition to set and whether to retry on a timer
+/// (otherwise a watch on the missing thing brings the VM back).
+struct Blocked {
+    condition: &'static str,
+    reason: Reason,
+    message: String,
+    retry: bool,
+}
+
+fn blocked(condition: &'static str, reason: Reason, message: impl Into<String>) -> Blocked {
+    Blocked { condition, reason, message: message.into(), retry: false }
+}
+
+struct Reconcile<'a> {
+    vm: &'a VirtualMachine,
+    state: &'a State,
+    ctx: &'a Context,
+    api: Api<VirtualMachine>,
+    ns: String,
+    name: String,
+    status: VirtualMachineStatus,
+    generation: Option<i64>,
+    /// A placement decision made by this reconcile, announced (as an event) once it is recorded.
+    decided: Option<String>,
+}
+
+impl<'a> Reconcile<'a> {
+    fn new(vm: &'a VirtualMachine, state: &'a State) -> Self {
+        let ns = vm.namespace().unwrap_or_default();
+        Reconcile {
+            vm,
+            state,
+            ctx: &state.ctx,
+            api: Api::namespaced(state.ctx.client.clone(), &ns),
+            name: vm.name_any(),
+            ns,
+            status: vm.status.clone().unwrap_or_default(),
+            generation: vm.metadata.generation,
+            decided: None,
+        }
+    }
+
+    async fn run(mut self) -> Result<Outcome, Error> {
+        if self.vm.metadata.deletion_timestamp.is_some() {
+            return self.delete().await;
+        }
+        if self.state.stale(self.vm) {
+            return Ok(Outcome::Requeue(STALE_CACHE_RETRY));
+        }
+        if !finalizer::has(self.vm, FINALIZER) {
+            // Added with the resourceVersion read; the reconcile goes on (status writes
+            // do not depend on it), so a new VM costs one reconcile, not two.
+            match finalizer::add(&self.api, self.vm, FINALIZER).await {
+                Ok(()) => {}
+                // The cached VM is older than the server's (a Machine event can wake this VM
+                // before the watch has brought back the finalizer this process added): look
+                // again shortly instead of failing into a backoff.
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Outcome::Requeue(STALE_CACHE_RETRY)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // The Machine the status names, read once for this reconcile.
+        let machine = match self.status.infrastructure_ref.clone() {
+            Some(r) => self.get_machine(&r).await,
+            None => Ok(None),
+        };
+        if let Ok(Some(m)) = &machine {
+            self.set_machine_paused(m, self.vm.spec.paused).await?;
+        }
+        if self.vm.spec.paused {
+            return Ok(Outcome::AwaitChange);
+        }
+        let outcome = match self.apply(machine).await {
+            Ok(outcome) => outcome,
+            Err(b) => {
+                let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| b.reason != c.reason);
+                self.set(b.condition, false, b.reason, b.message.clone());
+                self.set(READY, false, b.reason, b.message.clone());
+                if first {
+                    self.event(true, b.reason, "Reconcile", b.message).await;
+                }
+                if b.retry { Outcome::Retry } else { Outcome::AwaitChange }
+            }
+        };
+        self.record().await?;
+        Ok(outcome)
+    }
+
+    /// Write the status (when it changed), then announce a decision it records.
+    async fn record(&mut self) -> Result<(), Error> {
+        if let Err(e) = self.write_status().await {
+            if self.decided.take().is_some() {
+                self.state.forget(self.vm);
+            }
+            return Err(e);
+        }
+        if let Some(message) = self.decided.take() {
+            self.event(false, Reason::Scheduled, "Schedule", message).await;
+        }
+        Ok(())
+    }
+
+    fn set(&mut self, type_: &str, status: bool, reason: Reason, message: impl Into<String>) {
+        conditions::set(&mut self.status.conditions, type_, status, reason, message, self.generation);
+    }
+
+    async fn event(&self, warning: bool, reason: Reason, action: &str, note: impl Into<String>) {
+        self.ctx.event(&self.vm.object_ref(&()), warning, reason, action, note).await;
+    }
+
+    async fn apply(&mut self, machine: Result<Option<DynamicObject>, Blocked>) -> Result<Outcome, Blocked> {
+        let client = &self.ctx.client;
+        let spec = &self.vm.spec;
+        let class = self
+            .state
+            .classes
+            .get(&ObjectRef::new(&spec.class_ref.name))
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ClassNotFound, format!("VMClass {:?} not found", spec.class_ref.name)))?;
+        let image = self
+            .state
+            .images
+            .get(&ObjectRef::new(&spec.image_ref.name))
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
+        // User-data is read when the backend VM is made: checked here (one GET) only while
+        // the VM has no Machine yet, so a missing Secret shows before anything is made.
+        let has_machine = self.status.infrastructure_ref.as_ref().is_some_and(|r| r.uid.is_some());
+        if let (Some(u), false) = (&spec.user_data, has_machine) {
+            let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
+                .get_opt(&u.name)
+                .await
+                .map_err(api_error)?
+                .ok_or_else(|| blocked(SCHEDULED, Reason::UserDataNotFound, format!("user-data Secret {:?} not found", u.name)).retrying())?;
+            let has_key = secret.data.as_ref().is_some_and(|d| d.contains_key(&u.key)) || secret.string_data.as_ref().is_some_and(|d| d.contains_key(&u.key));
+            if !has_key {
+                return Err(blocked(SCHEDULED, Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", u.name, u.key)).retrying());
+            }
+        }
+        let mut providers: Vec<Arc<Provider>> =
+            self.state.providers.state().into_iter().filter(|p| p.namespace().as_deref() == Some(self.ns.as_str())).collect();
+        providers.sort_by_key(|p| p.name_any());
+        let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
+        let scheduled = self.place(&class, &image, &image_classes, &providers).await?;
+        if let Some(shards) = &self.ctx.shards {
+            let now = format!("{}/{}", self.ns, scheduled.provider);
+            if shards.shard_of(&shard_key(self.vm)) != shards.shard_of(&now) {
+                // Placed on a Provider of another shard: the decision is recorded here, and the
+                // holder of that shard (woken by it) makes the Machine.
+                self.record().await.map_err(status_error)?;
+                return Ok(Outcome::AwaitChange);
+            }
+        }
+        let provider = providers
+            .iter()
+            .find(|p| p.name_any() == scheduled.provider)
+            .ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, format!("Provider {:?} not found", scheduled.provider)))?;
+        let provider_class = self
+            .state
+            .provider_classes
+            .get(&ObjectRef::new(&scheduled.provider_class))
+            .ok_or_else(|| blocked(INFRASTRUCTURE_READY, Reason::ProviderClassNotFound, format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
+        let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
+        let target = InfrastructureRef {
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
+            name: self.name.clone(),
+            uid: None,
+        };
+
+        // A Machine made for another placement goes first.
+        let mut existing = None;
+        if let Some(current) = self.status.infrastructure_ref.clone()
+            && let Some(old) = machine?
+        {
+            let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
+            let same = current.kind == target.kind
+                && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
+                && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
+            if !same {
+                return self.move_away(&current, &old, &scheduled).await;
+            }
+            if old.metadata.deletion_timestamp.is_some() {
+                // Deleted by someone else: its finalizer tears the backend VM down, and its
+                // deletion brings the VM back to make a new one (re-applying now would ask
+                // for a finalizer on an object being deleted, which the API server refuses).
+                self.mirror(&old, &target);
+                return Ok(Outcome::AwaitChange);
+            }
+            existing = Some(old);
+        }
+        if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
+            self.status.infrastructure_ref = Some(target.clone());
+        }
+        let spec = self.machine_spec(&class, &image, provider, &scheduled, existing.as_ref())?;
+        // Which import the machine uses, for the imagebuilder to keep it while it does.
+        let made_from = ["template", "backingFile"].iter().find_map(|k| spec.vm.image.get(*k).cloned());
+        if let Some(s) = self.status.scheduled.as_mut() {
+            s.image = made_from;
+        }
+        // The decision and the Machine it names are recorded (one write) before the Machine exists.
+        self.record().await.map_err(status_error)?;
+
+        let machine = self.apply_machine(&resource, spec, existing).await?;
+        // A Machine that has not reported yet leaves the VM as the decision put it
+        // (provisioning there): its first status brings the VM back.
+        if machine.data.get("status").is_some_and(|s| !s.is_null()) {
+            self.mirror(&machine, &target);
+        }
+        Ok(Outcome::AwaitChange)
+    }
+
+    /// Keep the current placement while it holds; otherwise follow `migrationPolicy`.
+    /// A new decision is written to status before anything acts on it.
+    async fn place(
+        &mut self,
+        class: &VMClass,
+        image: &VMImage,
+        image_classes: &BTreeSet<String>,
+        providers: &[Arc<Provider>],
+    ) -> Result<Scheduled, Blocked> {
+        let current = self.status.scheduled.clone();
+        if let Some(current) = &current {
+            let all = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+            if scheduling::still_valid(current, &all, &self.ns) {
+                self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(current));
+                return Ok(current.clone());
+            }
+            let why = format!("{}/{} no longer satisfies the placement", current.provider, current.failure_domain);
+            let restart_bumped = self.vm.spec.restart_requested_at.is_some() && self.vm.spec.restart_requested_at != self.status.last_restart_requested_at;
+            match self.vm.spec.migration_policy {
+                MigrationPolicy::Automatic => {}
+                MigrationPolicy::Manual if restart_bumped => {}
+                MigrationPolicy::Manual => {
+                    self.set(PLACEMENT_VALID, false, Reason::MigrationPending, format!("{why}; bump spec.restartRequestedAt to move it"));
+                    return Ok(current.clone());
+                }
+                MigrationPolicy::Never => {
+                    self.set(PLACEMENT_VALID, false, Reason::MigrationDisabled, format!("{why}; migrationPolicy is Never"));
+                    return Ok(current.clone());
+                }
+            }
+            match self.choose(class, image, image_classes, providers).await {
+                Ok(next) => {
+                    self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
+                    Ok(next)
+                }
+                Err(b) => {
+                    // Nowhere to go: the VM keeps running where it is.
+                    self.set(PLACEMENT_VALID, false, b.reason, format!("{why}, and it cannot move: {}", b.message));
+                    Ok(current.clone())
+                }
+            }
+        } else {
+            let next = self.choose(class, image, image_classes, providers).await?;
+            // The words of every later reconcile, so confirming the placement writes nothing.
+            self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(&next));
+            Ok(next)
+        }
+    }
+
+    async fn choose(
+        &mut self,
+        class: &VMClass,
+        image: &VMImage,
+        image_classes: &BTreeSet<String>,
+        providers: &[Arc<Provider>],
+    ) -> Result<Scheduled, Blocked> {
+        let _placing = self.state.placing.lock().await;
+        let found = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+        if found.candidates.is_empty() {
+            let mut why = found.excluded.clone();
+            if why.is_empty() {
+                why.push(format!("no Provider in namespace {} matches the placement", self.ns));
+            }
+            why.truncate(5);
+            return Err(blocked(SCHEDULED, Reason::NoCandidates, format!("no failure domain fits: {}", why.join("; "))));
+        }
+        // The VM's own policy (a pool sets its own on members), else the class's, else spread.
+        let policy_ref = self.vm.spec.placement.as_ref().and_then(|p| p.policy_ref.as_ref()).or(class.spec.placement_policy_ref.as_ref());
+        let request = |parameters: &BTreeMap<String, serde_json::Value>| scheduling::request(self.vm, class, parameters);
+        let candidates = scheduling::prefer_imported(found.candidates, image);
+        let decision = scheduling::decide(self.ctx, policy_ref, request, &candidates, format!("{}/{}", self.ns, self.name))
+            .await
+            .map_err(|(reason, message, retry)| Blocked { condition: SCHEDULED, reason, message, retry })?;
+        let (chosen, policy_name) = (&decision.candidate, &decision.policy);
+        let provider_name = chosen.provider.rsplit('/').next().unwrap_or_default().to_string();
+        let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, provider_name.clone()))?;
+        let caps = &provider.spec.capabilities;
+        let scheduled = Scheduled {
+            provider: provider_name,
+            provider_class: chosen.provider_class.clone(),
+            failure_domain: chosen.failure_domain.clone(),
+            storage: class.spec.disks.iter().filter_map(|d| Some((d.storage_class.clone(), caps.storage_classes.get(&d.storage_class)?.clone()))).collect(),
+            networks: class.spec.nics.iter().filter_map(|n| Some((n.network_class.clone(), caps.network_classes.get(&n.network_class)?.clone()))).collect(),
+            // Known once its machine is made.
+            image: None,
+        };
+        let message = format!("{}/{} by {policy_name}: {}", scheduled.provider, scheduled.failure_domain, decision.why);
+        self.set(SCHEDULED, true, Reason::Scheduled, message.clone());
+        // Until a Machine for this decision says otherwise, the VM is not ready.
+        let (reason, note) = match &self.status.infrastructure_ref {
+            Some(r) => (Reason::Moving, format!("moving from {} {} to {}/{}", r.kind, r.name, scheduled.provider, scheduled.failure_domain)),
+            None => (Reason::Provisioning, format!("creating the machine on {}/{}", scheduled.provider, scheduled.failure_domain)),
+        };
+        self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
+        self.set(READY, false, reason, note);
+        self.status.scheduled = Some(scheduled.clone());
+        self.state.assume(self.vm, scheduled.clone());
+        // Recorded (and announced) by `apply` before anything is made for it, or at the end
+        // of the reconcile when something else stops it first.
+        self.decided = Some(message);
+        Ok(scheduled)
+    }
+
+    async fn get_machine(&self, r: &InfrastructureRef) -> Result<Option<DynamicObject>, Blocked> {
+        let resource = resource_of(r);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource);
+        api.get_opt(&r.name).await.map_err(api_error)
+    }
+
+    async fn move_away(&mut self, current: &InfrastructureRef, old: &DynamicObject, next: &Scheduled) -> Result<Outcome, Blocked> {
+        if old.metadata.deletion_timestamp.is_none() {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(current));
+            api.delete(&current.name, &DeleteParams::default()).await.map_err(api_error)?;
+            self.event(false, Reason::Moving, "Move", format!("tearing down {} {} before recreating on {}/{}", current.kind, current.name, next.provider, next.failure_domain)).await;
+        }
+        let message = format!("waiting for {} {} to be torn down before moving to {}/{}", current.kind, current.name, next.provider, next.failure_domain);
+        self.set(INFRASTRUCTURE_READY, false, Reason::Moving, message.clone());
+        self.set(READY, false, Reason::Moving, message);
+        self.status.addresses.clear();
+        self.status.phase = None;
+        // The old Machine's deletion event brings the VM back.
+        Ok(Outcome::AwaitChange)
+    }
+
+    /// The Machine's spec for `scheduled`. An existing machine keeps the image it was made from.
+    fn machine_spec(&self, class: &VMClass, image: &VMImage, provider: &Provider, scheduled: &Scheduled, existing: Option<&DynamicObject>) -> Result<InfraMachineSpec, Blocked> {
+        let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
+        let resolved = crate::placement::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
+            .map_err(|(reason, message, _)| blocked(SCHEDULED, reason, message))?;
+        Ok(InfraMachineSpec {
+            provider_id: None,
+            failure_domain: Some(scheduled.failure_domain.clone()),
+            provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
+            vm: ResolvedVm {
+                user_data: self.vm.spec.user_data.clone(),
+                power_state: self.vm.spec.desired_power_state,
+                power_off_mode: self.vm.spec.power_off_mode,
+                restart_requested_at: self.vm.spec.restart_requested_at.clone(),
+                ..resolved
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Server-side-apply the Machine (skipped when it already says all of this). It is made
+    /// with the machine reconciler's finalizer, saving that reconciler a write of its own.
+    async fn apply_machine(&self, resource: &kube::api::ApiResource, spec: InfraMachineSpec, existing: Option<DynamicObject>) -> Result<DynamicObject, Blocked> {
+        let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
+        // The Machine belongs to the VM's installation: its provider role acts on it.
+        let mut labels = std::collections::BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
+        self.ctx.options.installation.mark(&mut labels);
+        let body = serde_json::json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": self.name,
+                "namespace": self.ns,
+                "labels": labels,
+                "ownerReferences": [owner],
+                "finalizers": [crate::controllers::machine::FINALIZER],
+            },
+            "spec": spec,
+        });
+        // Most reconciles change nothing in the Machine: skip the write then.
+        if let Some(m) = existing {
+            let mut current = m.data.get("spec").cloned().unwrap_or_default();
+            if let Some(c) = current.as_object_mut() {
+                c.remove("providerID");
+            }
+            let owned = m.owner_references().iter().any(|o| o.uid == owner.uid && o.controller == Some(true));
+            if owned && current == body["spec"] && labels.iter().all(|(k, v)| m.labels().get(k) == Some(v)) {
+                return Ok(m);
+            }
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
+        api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
+            let (reason, message) = match Reason::of_api(&e) {
+                (Reason::Forbidden, message) => (Reason::Forbidden, message),
+                (_, message) => (Reason::MachineApplyFailed, message),
+            };
+            blocked(INFRASTRUCTURE_READY, reason, format!("applying {} {}: {message}", resource.kind, self.name)).retrying()
+        })
+    }
+
+    /// Copy what the Machine reports. `Ready` only when the Machine is Ready.
+    fn mirror(&mut self, machine: &DynamicObject, target: &InfrastructureRef) {
+        let st: InfraMachineStatus = machine.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+        self.status.infrastructure_ref = Some(InfrastructureRef { uid: machine.uid(), ..target.clone() });
+        self.status.initialization = st.initialization.clone();
+        self.status.addresses = st.addresses.clone();
+        self.status.observed_power_state = st.power_state;
+        self.status.phase = st.phase;
+        if st.last_restart_requested_at.is_some() {
+            self.status.last_restart_requested_at = st.last_restart_requested_at.clone();
+        }
+        let (ready, reason, message) = match conditions::get(&st.conditions, READY) {
+            Some(c) => (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message)),
+            None => (false, Reason::WaitingForInfrastructure.to_string(), format!("{} {} has not reported yet", target.kind, target.name)),
+        };
+        // The Machine's words, as it said them.
+        conditions::set_reported(&mut self.status.conditions, INFRASTRUCTURE_READY, ready, &reason, message.clone(), self.generation);
+        conditions::set_reported(&mut self.status.conditions, READY, ready, &reason, message, self.generation);
+    }
+
+    async fn set_machine_paused(&self, m: &DynamicObject, paused: bool) -> Result<(), Error> {
+        let Some(r) = &self.status.infrastructure_ref else { return Ok(()) };
+        if m.annotations().contains_key(PAUSED_ANNOTATION) == paused {
+            return Ok(());
+        }
+        let value = if paused { serde_json::json!("true") } else { serde_json::Value::Null };
+        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(r));
+        api.patch(&r.name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: value}}})))
+            .await?;
+        self.event(false, if paused { Reason::Paused } else { Reason::Resumed }, "Pause", format!("{} {} is {}", r.kind, r.name, if paused { "paused" } else { "reconciled again" })).await;
+        Ok(())
+    }
+
+    /// Delete the Machine, wait for it to be gone (its finalizer removes the backend VM), then let the VM go.
+    async fn delete(mut self) -> Result<Outcome, Error> {
+        if !finalizer::has(self.vm, FINALIZER) {
+            return Ok(Outcome::AwaitChange);
+        }
+        if let Some(r) = self.status.infrastructure_ref.clone() {
+            match self.get_machine(&r).await {
+                Err(b) => return Err(Error::Other(b.message)),
+                Ok(Some(m)) => {
+                    if m.metadata.deletion_timestamp.is_none() {
+                        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
+                        api.delete(&r.name, &DeleteParams::default()).await?;
+                        self.event(false, Reason::Deleting, "Delete", format!("deleting {} {}", r.kind, r.name)).await;
+                    }
+                    let message = format!("waiting for {} {} (and its backend VM) to be deleted", r.kind, r.name);
+                    self.set(READY, false, Reason::Deleting, message.clone());
+                    self.set(INFRASTRUCTURE_READY, false, Reason::Deleting, message);
+                    self.write_status().await?;
+                    return Ok(Outcome::AwaitChange);
+                }
+                Ok(None) => {}
+            }
+        }
+        finalizer::remove(&self.api, self.vm, FINALIZER).await?;
+        self.state.forget(self.vm);
+        Ok(Outcome::AwaitChange)
+    }
+
+    async fn write_status(&mut self) -> Result<(), Error> {
+        self.status.observed_generation = self.generation;
+        status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
+        Ok(())
+    }
+}
+
+/// Whether two placements are the same decision: where, and with which storage and networks.
+/// The image it is made from is recorded after the decision, so it is not part of it.
+fn same_decision(a: &Scheduled, b: &Scheduled) -> bool {
+    (&a.provider, &a.provider_class, &a.failure_domain, &a.storage, &a.networks) == (&b.provider, &b.provider_class, &b.failure_domain, &b.storage, &b.networks)
+}
+
+/// `PlacementValid`'s message while the placement holds.
+fn holds(s: &Scheduled) -> String {
+    format!("{}/{} satisfies the placement", s.provider, s.failure_domain)
+}
+
+impl Blocked {
+    fn retrying(mut self) -> Self {
+        self.retry = true;
+        self
+    }
+}
+
+/// A failed status write, retried.
+fn status_error(e: Error) -> Blocked {
+    match e {
+        Error::Kube(e) => api_error(e),
+        Error::Other(message) => Blocked { condition: READY, reason: Reason::APIError, message, retry: true },
+    }
+}
+
+fn api_error(e: kube::Error) -> Blocked {
+    let (reason, message) = Reason::of_api(&e);
+    Blocked { condition: READY, reason, message, retry: true }
+}
+
+fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
+    let prefix = r.kind.strip_suffix("Machine").unwrap_or(&r.kind);
+    infra_kinds::machine_resource(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vm(ns: &str, placed_on: Option<&str>) -> VirtualMachine {
+        let mut v = json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": "vm", "namespace": ns},
+            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}
+        });
+        if let Some(p) = placed_on {
+            v["status"] = json!({
+                "scheduled": {"provider": p, "failureDomain": "d", "providerClass": "libvirt"},
+                "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+            });
+        }
+        serde_json::from_value(v).expect("vm")
+    }
+
+    #[test]
+    fn a_provider_change_concerns_the_vms_to_place_and_those_placed_on_it_only() {
+        assert!(concerns_vm(&vm("team", None), "a", Some("team")), "a VM to be placed");
+        assert!(concerns_vm(&vm("team", Some("a")), "a", Some("team")), "a VM placed on it");
+        assert!(!concerns_vm(&vm("team", Some("b")), "a", Some("team")), "a VM placed on another Provider");
+        assert!(!concerns_vm(&vm("other", None), "a", Some("team")), "a VM of another namespace");
+    }
+}

@@ -1,0 +1,88 @@
+//! Kubernetes conditions: set one, keeping `lastTransitionTime` when the status
+//! did not change, so a condition's age says how long it has been true.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::status::reasons::Reason;
+
+pub const READY: &str = "Ready";
+pub const SCHEDULED: &str = "Scheduled";
+pub const PLACEMENT_VALID: &str = "PlacementValid";
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+pub const PROVISIONED: &str = "Provisioned";
+pub const VERIFIED: &str = "Verified";
+
+/// Set condition `type_` in `conditions`.
+pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: Reason, message: impl Into<String>, generation: Option<i64>) {
+    put(conditions, type_, status, reason.as_str(), message, generation);
+}
+
+/// Set condition `type_` with a reason someone else gave: a driver component's own
+/// conditions, or a Machine's condition mirrored on its VirtualMachine.
+pub fn set_reported(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+    put(conditions, type_, status, reason, message, generation);
+}
+
+fn put(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let message = truncate(message.into());
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status;
+            c.reason = reason.into();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+/// Remove condition `type_` (one that only exists while something is wrong).
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
+/// Is condition `type_` True?
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The condition `type_`, if set.
+pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Condition messages are capped (the API allows 32 KiB; users read a line or two).
+fn truncate(mut s: String) -> String {
+    const MAX: usize = 1024;
+    if s.len() > MAX {
+        let mut end = MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// Two condition lists equal apart from transition times (to skip no-op status writes).
+pub fn same(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|x| {
+            b.iter().any(|y| {
+                x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message && x.observed_generation == y.observed_generation
+            })
+        })
+}
