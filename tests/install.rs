@@ -729,6 +729,7 @@ fn least_privilege(log: &[Request], rbac: &std::path::Path) -> anyhow::Result<()
         // ServiceAccounts too).
         ("imagebuilder", "patch", "banlieue.io", "vmimages/status"),
         ("imagebuilder", "patch", "banlieue.io", "vmimages"),
+        ("imagebuilder", "get", "banlieue.io", "vmimages"),
         ("imagebuilder", "create", "", "events"),
         ("imagebuilder", "get", "banlieue.io", "providerclasses"),
         // Credentials of Providers that have them (vSphere, Proxmox VE), read for an import

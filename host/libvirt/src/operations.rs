@@ -78,10 +78,19 @@ impl Libvirt {
             .await
     }
 
-    /// Every domain, running or only defined.
+    /// Every domain, running or only defined. A domain undefined between the listing and
+    /// reading it is not in the list (it is gone), rather than failing the whole listing.
     pub async fn domain_list(&self) -> Result<Vec<DomainInfo>> {
         self.run("domain-list", |c| {
-            c.list_all_domains(0)?.iter().map(domain_info).collect()
+            let mut found = Vec::new();
+            for d in c.list_all_domains(0)? {
+                match domain_info(&d) {
+                    Ok(info) => found.push(info),
+                    Err(e) if e.code() == ErrorNumber::NoDomain => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(found)
         })
         .await
     }

@@ -105,7 +105,9 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule("apiextensions.k8s.io", &["customresourcedefinitions"], &["create", "patch"]),
         ],
         Role::ImageBuilder => vec![
-            rule(BANLIEUE, &["vmimages", "providers"], WATCH),
+            // VMImages read fresh before an import (the watch cache may lag its own writes).
+            rule(BANLIEUE, &["vmimages"], READ),
+            rule(BANLIEUE, &["providers"], WATCH),
             // Its finalizer, and its status.
             rule(BANLIEUE, &["vmimages", "vmimages/status"], &["patch"]),
             // Whether VMs still use an image being deleted.
