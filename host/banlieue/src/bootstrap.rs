@@ -315,7 +315,7 @@ async fn move_objects(source: &kube::Client, target: &kube::Client, namespaces: 
                 let (mut value, status) = portable(&o);
                 let backend_uid = banlieue_controller::controllers::machine::backend_uid(&o);
                 value["metadata"]["annotations"][banlieue_controller::controllers::machine::BACKEND_UID] = json!(backend_uid);
-                value["metadata"]["annotations"][banlieue_controller::controllers::capi::PAUSED_ANNOTATION] = json!("banlieue bootstrap: moving");
+                value["metadata"]["annotations"][banlieue_controller::controllers::capi::contract::PAUSED_ANNOTATION] = json!("banlieue bootstrap: moving");
                 let owner = o.owner_references().iter().find(|r| r.kind == "VirtualMachine").map(|r| r.name.clone());
                 value["metadata"]["ownerReferences"] = json!([]);
                 put(&Api::namespaced_with(target.clone(), ns, &r), &value, status.as_ref(), &mut moved).await?;
@@ -335,7 +335,7 @@ async fn move_objects(source: &kube::Client, target: &kube::Client, namespaces: 
     // Each Machine owned by its VM again, then let go.
     for (r, ns, name, owner) in machines {
         let api: Api<DynamicObject> = Api::namespaced_with(target.clone(), &ns, &r);
-        let mut patch = json!({"metadata": {"annotations": {banlieue_controller::controllers::capi::PAUSED_ANNOTATION: null}}});
+        let mut patch = json!({"metadata": {"annotations": {banlieue_controller::controllers::capi::contract::PAUSED_ANNOTATION: null}}});
         if let Some(vm) = owner {
             let uid = vm_uids.get(&(ns.clone(), vm.clone())).cloned().unwrap_or_default();
             patch["metadata"]["ownerReferences"] = json!([{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": vm, "uid": uid,

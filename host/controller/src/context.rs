@@ -1,5 +1,6 @@
 //! What every reconciler shares ([`Context`]) and the settings it is made from ([`Options`]).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -9,13 +10,19 @@ use banlieue_api::provider::RequestedCapabilities;
 use banlieue_runtime::{CallError, Runtime, RuntimeConfig};
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::controllers::{in_use, provider_probe};
+use banlieue_runtime::capability::Grants;
+use banlieue_secrets::VaultClient;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::Store;
+
 use crate::framework::{installation, shards, throttle};
 use crate::ops::metrics::{Metrics, Readiness};
 use crate::sandbox::components::Components;
-use crate::sandbox::grants::{self, vault};
 use crate::status::reasons;
 use crate::FIELD_MANAGER;
+
+/// How often each Provider is probed by default (capacity, and whether its credentials rotated).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Settings shared by every role.
 #[derive(Clone, Debug)]
@@ -65,7 +72,7 @@ impl Default for Options {
             identity: format!("{}-{}", hostname(), std::process::id()),
             vault: None,
             concurrency: 32,
-            probe_interval: provider_probe::PROBE_INTERVAL,
+            probe_interval: PROBE_INTERVAL,
             namespace: None,
             image_cache: None,
             image_build: None,
@@ -120,17 +127,25 @@ pub struct Context {
     /// What `/readyz` answers.
     pub readiness: Arc<Readiness>,
     pub options: Options,
-    pub(crate) grants: grants::Cache,
+    /// The grants built per Provider (by `namespace/name`), with the fingerprint of what
+    /// they were built from ([`crate::sandbox::grants`]).
+    pub(crate) grants: Mutex<HashMap<String, (String, Grants)>>,
     /// Logged-in Vault clients, for Providers whose credentials live in Vault.
-    pub(crate) vault: vault::Clients,
+    pub(crate) vault: Mutex<HashMap<String, (String, VaultClient)>>,
     /// Backend sessions drivers keep between calls, one per Provider.
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// The image cache (role `imagebuilder`), when configured.
     pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
-    /// Which Machines use which Provider, for in-use protection ([`in_use`]).
-    pub(crate) in_use: in_use::State,
+    /// The provider role's Machine caches, one per infrastructure kind once it has listed
+    /// them all: which Machines use which Provider, for in-use protection
+    /// ([`crate::controllers::in_use`]).
+    pub(crate) machine_caches: Arc<Mutex<Vec<Store<DynamicObject>>>>,
+    /// When each held Provider's `InUse` condition was last written (by UID): each write
+    /// wakes the Provider again, so the count is written at most every
+    /// [`crate::controllers::in_use::RECHECK`].
+    pub(crate) in_use_reported: Mutex<HashMap<String, Instant>>,
     /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
     pub throttles: throttle::Throttles,
     /// The shards this replica acts on, when the work is sharded.
@@ -160,11 +175,12 @@ impl Context {
             metrics: Arc::new(Metrics::default()),
             readiness: Arc::default(),
             options,
-            grants: grants::Cache::default(),
-            vault: vault::Clients::default(),
+            grants: Mutex::default(),
+            vault: Mutex::default(),
             sessions: banlieue_runtime::capability::session::SessionStore::new(),
             created: Mutex::default(),
-            in_use: in_use::State::default(),
+            machine_caches: Arc::default(),
+            in_use_reported: Mutex::default(),
             throttles: throttle::Throttles::default(),
             shards,
         }))
@@ -232,7 +248,7 @@ impl Context {
         let result = fut.await;
         let outcome = match &result {
             Ok(_) => "ok",
-            Err(e) => reasons::Reason::of_call(e).as_str(),
+            Err(e) => crate::failure::Cause::reason(e).as_str(),
         };
         tracing::debug!(component, function, outcome, elapsed = ?start.elapsed(), "component call returned");
         self.metrics.component_call(component, function, start.elapsed(), outcome);

@@ -16,6 +16,7 @@
 
 pub mod context;
 pub mod controllers;
+pub mod failure;
 pub mod framework;
 pub mod ops;
 pub mod placement;
@@ -23,6 +24,7 @@ pub mod run;
 pub mod sandbox;
 pub mod status;
 
+pub use failure::{Error, Failure};
 pub use context::{Context, ImageBuildOptions, ImageCacheOptions, Options, VaultAccess};
 pub use ops::metrics::{Metrics, Readiness};
 pub use ops::permissions::Role;
@@ -33,27 +35,6 @@ pub use sandbox::components::Components;
 pub const FIELD_MANAGER: &str = "banlieue.io/controller";
 /// Namespace of leases (and, in a cluster, of banlieue itself).
 pub const SYSTEM_NAMESPACE: &str = "banlieue-system";
-
-/// Errors a reconcile returns to the controller runtime (which retries with backoff).
-/// Domain failures (a missing class, a driver error) are conditions, not errors.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<kube::runtime::finalizer::Error<Error>> for Error {
-    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
-        use kube::runtime::finalizer::Error as F;
-        match e {
-            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-            F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
-            other => Error::Other(other.to_string()),
-        }
-    }
-}
 
 /// `namespace/name` of an object, for logs, attributions and backoff keys.
 pub fn key<K: kube::Resource>(obj: &K) -> String {

@@ -17,8 +17,6 @@
 //! staying Terminating for ever once deleted. Several Providers may name one Secret: each
 //! leaves it protected while another Provider of its namespace still needs it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use banlieue_api::provider::CredentialsKind;
@@ -47,40 +45,29 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 /// Machines named in the `InUse` message (the count says how many there are).
 const NAMED: usize = 3;
 
-/// What the provider role keeps for in-use protection.
-#[derive(Default)]
-pub struct State {
-    /// The machine reconciler's caches, one per infrastructure kind, each added once complete
-    /// (a cache still listing would count too few Machines and release a Provider in use).
-    caches: Arc<Mutex<Vec<Store<DynamicObject>>>>,
-    /// When each held Provider's `InUse` condition was last written (by UID): each write
-    /// wakes the Provider again, so the count is written at most every [`RECHECK`].
-    reported: Mutex<HashMap<String, Instant>>,
+/// Count `store`'s Machines for in-use protection once it has listed them all (a cache
+/// still listing would count too few Machines and release a Provider in use). This task is
+/// the store's only waiter (kube's `wait_until_ready` wakes only the last waiter, see
+/// `CachesReady`).
+pub fn add_cache(ctx: &Context, store: Store<DynamicObject>) {
+    let caches = ctx.machine_caches.clone();
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            caches.lock().unwrap_or_else(|e| e.into_inner()).push(store);
+        }
+    });
 }
 
-impl State {
-    /// Count `store`'s Machines once it has listed them all. This task is the store's only
-    /// waiter (kube's `wait_until_ready` wakes only the last waiter, see `CachesReady`).
-    pub fn add_cache(&self, store: Store<DynamicObject>) {
-        let caches = self.caches.clone();
-        tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
-                caches.lock().unwrap_or_else(|e| e.into_inner()).push(store);
-            }
-        });
-    }
-
-    /// The Machines of every kind cached here that use `provider`.
-    fn users(&self, provider: &Provider) -> Vec<String> {
-        let (ns, name) = (provider.namespace().unwrap_or_default(), provider.name_any());
-        let caches = self.caches.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        caches
-            .iter()
-            .flat_map(|c| c.state())
-            .filter(|m| uses(m, &ns, &name))
-            .map(|m| format!("{} {}", m.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("Machine"), m.name_any()))
-            .collect()
-    }
+/// The Machines of every kind cached in this process that use `provider`.
+fn users(ctx: &Context, provider: &Provider) -> Vec<String> {
+    let (ns, name) = (provider.namespace().unwrap_or_default(), provider.name_any());
+    let caches = ctx.machine_caches.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    caches
+        .iter()
+        .flat_map(|c| c.state())
+        .filter(|m| uses(m, &ns, &name))
+        .map(|m| format!("{} {}", m.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("Machine"), m.name_any()))
+        .collect()
 }
 
 /// Whether Machine `m` needs Provider `provider` of namespace `ns`: it names it, and its
@@ -89,7 +76,7 @@ impl State {
 fn uses(m: &DynamicObject, ns: &str, provider: &str) -> bool {
     m.metadata.namespace.as_deref() == Some(ns)
         && m.data.pointer("/spec/providerRef/name").and_then(serde_json::Value::as_str) == Some(provider)
-        && !(m.metadata.deletion_timestamp.is_some() && !finalizer::has(m, crate::controllers::machine::FINALIZER))
+        && !(m.metadata.deletion_timestamp.is_some() && !finalizer::has(m, crate::framework::infra_kinds::MACHINE_FINALIZER))
 }
 
 /// The Secret `provider`'s `credentialsRef` names, if it names one.
@@ -171,7 +158,7 @@ async fn release_secret(ctx: &Context, provider: &Provider, name: &str, provider
         p.namespace().as_deref() == Some(ns.as_str())
             && p.uid() != provider.uid()
             && [credentials_secret(p), protected_secret(p)].iter().flatten().any(|s| s == name)
-            && (p.metadata.deletion_timestamp.is_none() || (finalizer::has(p.as_ref(), FINALIZER) && !ctx.in_use.users(p).is_empty()))
+            && (p.metadata.deletion_timestamp.is_none() || (finalizer::has(p.as_ref(), FINALIZER) && !users(ctx, p).is_empty()))
     });
     if needed {
         return Ok(());
@@ -189,7 +176,7 @@ pub async fn deleted(ctx: &Context, provider: &Provider, providers: &Store<Provi
     if !finalizer::has(provider, FINALIZER) {
         return Ok(Outcome::AwaitChange);
     }
-    let mut users = ctx.in_use.users(provider);
+    let mut users = users(ctx, provider);
     if users.is_empty() {
         // The caches say none: ask the API server before letting go (a Machine made a moment
         // ago may not be cached yet, nor the cache of its kind complete at start-up).
@@ -213,7 +200,7 @@ pub async fn deleted(ctx: &Context, provider: &Provider, providers: &Store<Provi
     }
     let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     finalizer::remove(&api, provider, FINALIZER).await?;
-    ctx.in_use.reported.lock().unwrap_or_else(|e| e.into_inner()).remove(&provider.uid().unwrap_or_default());
+    ctx.in_use_reported.lock().unwrap_or_else(|e| e.into_inner()).remove(&provider.uid().unwrap_or_default());
     tracing::info!(provider = %crate::key(provider), "no Machine uses the deleted Provider any more: released");
     Ok(Outcome::AwaitChange)
 }
@@ -243,7 +230,7 @@ async fn hold(ctx: &Context, provider: &Provider, why: String) -> Result<Outcome
     let was_held = conditions::get(&st.conditions, READY).is_some_and(|c| Reason::InUse == c.reason);
     let uid = provider.uid().unwrap_or_default();
     {
-        let mut reported = ctx.in_use.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reported = ctx.in_use_reported.lock().unwrap_or_else(|e| e.into_inner());
         if was_held && reported.get(&uid).is_some_and(|at| at.elapsed() < RECHECK) {
             return Ok(Outcome::Requeue(RECHECK));
         }
@@ -280,7 +267,7 @@ mod tests {
     #[test]
     fn a_machine_uses_its_provider_until_its_backend_vm_is_torn_down() {
         assert!(uses(&machine("host", false, &[]), "ns", "host"), "not finalized yet, still to be made");
-        assert!(uses(&machine("host", true, &[crate::controllers::machine::FINALIZER]), "ns", "host"), "being torn down");
+        assert!(uses(&machine("host", true, &[crate::framework::infra_kinds::MACHINE_FINALIZER]), "ns", "host"), "being torn down");
         assert!(!uses(&machine("host", true, &["other.example/keep"]), "ns", "host"), "torn down, waiting for others");
         assert!(!uses(&machine("other", false, &[]), "ns", "host"));
         assert!(!uses(&machine("host", false, &[]), "elsewhere", "host"));

@@ -20,6 +20,7 @@ use crate::status;
 use crate::sandbox::components::{LoadError, Loaded};
 use crate::status::conditions::{self, READY, VERIFIED};
 use crate::status::reasons::Reason;
+use crate::failure::{Cause, Failure};
 use crate::framework::reconciler::{cached, Frame, Outcome};
 use crate::{Context, Error, FIELD_MANAGER};
 
@@ -81,13 +82,13 @@ async fn reconcile_class(class: &ProviderClass, ctx: &Context) -> Result<Outcome
     let loaded = ctx.components.driver(class).await;
     let loaded_ok = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &class.spec.component, generation, crds_installed.clone());
     if let Err(e) = &loaded {
-        ctx.event(&class.object_ref(&()), true, Reason::of_load(e), "Load", e.to_string()).await;
+        ctx.event(&class.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
     }
     write_status::<ProviderClass>(ctx, &name, class.status.as_ref(), status).await?;
     Ok(match loaded_ok {
         Ok(()) if crds_installed.is_ok() => Outcome::AwaitChange,
-        Ok(()) | Err(true) => Outcome::Retry,
-        Err(false) => Outcome::AwaitChange,
+        Ok(()) => Outcome::Retry,
+        Err(f) => Outcome::after(&f),
     })
 }
 
@@ -97,23 +98,23 @@ async fn reconcile_policy(policy: &PlacementPolicy, ctx: &Context) -> Result<Out
     let loaded = ctx.components.policy(policy).await;
     let loaded_ok = report(&mut status, &loaded.as_ref().map(|l| l.as_ref()), &policy.spec.component, policy.metadata.generation, Ok(()));
     if let Err(e) = &loaded {
-        ctx.event(&policy.object_ref(&()), true, Reason::of_load(e), "Load", e.to_string()).await;
+        ctx.event(&policy.object_ref(&()), true, e.reason(), "Load", e.to_string()).await;
     }
     write_status::<PlacementPolicy>(ctx, &name, policy.status.as_ref(), status).await?;
     Ok(match loaded_ok {
-        Ok(()) | Err(false) => Outcome::AwaitChange,
-        Err(true) => Outcome::Retry,
+        Ok(()) => Outcome::AwaitChange,
+        Err(f) => Outcome::after(&f),
     })
 }
 
-/// Fill `status` from a load result. `Err(retryable)` when not loaded.
+/// Fill `status` from a load result; why it is not loaded, if it is not.
 fn report<T>(
     status: &mut ComponentStatus,
     loaded: &Result<&Loaded<T>, &LoadError>,
     spec: &ComponentSource,
     generation: Option<i64>,
     crds: Result<(), String>,
-) -> Result<(), bool> {
+) -> Result<(), Failure> {
     status.observed_generation = generation;
     match loaded {
         Ok(l) => {
@@ -134,16 +135,15 @@ fn report<T>(
             Ok(())
         }
         Err(e) => {
-            let reason = Reason::of_load(e);
-            let verification = matches!(reason, Reason::Unsigned | Reason::VerificationFailed);
-            if verification {
+            let failure = Failure::from(*e);
+            if matches!(failure.reason, Reason::Unsigned | Reason::VerificationFailed) {
                 status.resolved_digest = None;
-                conditions::set(&mut status.conditions, VERIFIED, false, Reason::of_load(e), e.to_string(), generation);
+                conditions::set(&mut status.conditions, VERIFIED, false, failure.reason, failure.message.clone(), generation);
             } else if conditions::get(&status.conditions, VERIFIED).is_none() {
                 conditions::set(&mut status.conditions, VERIFIED, false, Reason::NotLoaded, "the component could not be fetched or loaded", generation);
             }
-            conditions::set(&mut status.conditions, READY, false, Reason::of_load(e), e.to_string(), generation);
-            Err(e.is_retryable())
+            conditions::set(&mut status.conditions, READY, false, failure.reason, failure.message.clone(), generation);
+            Err(failure)
         }
     }
 }

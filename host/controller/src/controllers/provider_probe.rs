@@ -30,8 +30,6 @@ use crate::status::conditions::{self, READY};
 use crate::framework::reconciler::{Frame, Outcome};
 use crate::{Context, Error};
 
-/// How often a healthy Provider is probed again, by default (`Options::probe_interval`).
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);
 /// How often refused credentials are re-read to notice that they were fixed.
 pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(5);
 
@@ -76,7 +74,8 @@ async fn reconcile(provider: Arc<Provider>, probes: Arc<Probes>) -> Result<Actio
     probes.frame.reconcile(&provider, reconcile_inner(&provider, &probes)).await
 }
 
-use crate::status::reasons::{call_failure, Failure, Reason};
+use crate::failure::Failure;
+use crate::status::reasons::Reason;
 
 async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome, Error> {
     let ctx = &*probes.ctx;
@@ -110,7 +109,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
     };
     // Credentials refused or unreadable: the grants are built afresh next time, in case what
     // they come from (a Vault login's Secret) was fixed.
-    if matches!(&outcome, Err((r, _, _)) if [Reason::CredentialsRefused, Reason::CredentialsUnavailable, Reason::CredentialsNotFound].contains(r)) {
+    if matches!(&outcome, Err(Failure { reason: r, .. }) if [Reason::CredentialsRefused, Reason::CredentialsUnavailable, Reason::CredentialsNotFound].contains(r)) {
         crate::sandbox::grants::forget(ctx, provider);
     }
     {
@@ -119,7 +118,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
         let live: HashSet<String> = probes.providers.state().iter().map(|p| crate::sandbox::grants::session_scope(p)).collect();
         memo.retain(|scope, _| live.contains(scope));
         match &outcome {
-            Err((reason, _, _)) if *reason == Reason::CredentialsRefused => memo.insert(memo_key, refused),
+            Err(Failure { reason, .. }) if *reason == Reason::CredentialsRefused => memo.insert(memo_key, refused),
             _ => memo.remove(&memo_key),
         };
     }
@@ -132,7 +131,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
             conditions::set(&mut status.conditions, READY, true, Reason::Probed, message, generation);
             Outcome::Requeue(ctx.options.probe_interval)
         }
-        Err((reason, message, retryable)) => {
+        Err(Failure { reason, message, retry: retryable }) => {
             let was_ready = conditions::is_true(&status.conditions, READY);
             conditions::set(&mut status.conditions, READY, false, reason, message.clone(), generation);
             if was_ready || provider.status.is_none() {
@@ -160,7 +159,7 @@ async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Ba
     crate::sandbox::grants::check_credentials(ctx, provider, &b.grants).await;
     ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants))
         .await
-        .map_err(|e| call_failure(&e))
+        .map_err(Failure::from)
 }
 
 
@@ -188,9 +187,9 @@ async fn read_credentials(b: &crate::sandbox::grants::Backend) -> Result<Option<
     let Some(secrets) = b.grants.secrets.as_ref() else { return Ok(None) };
     match secrets.fingerprint().await {
         Ok(f) => Ok(Some(f)),
-        Err(WitError::Unavailable(m)) => Err((Reason::CredentialsUnavailable, format!("cannot read the credentials: {m}"), true)),
-        Err(WitError::Denied(m)) => Err((Reason::CredentialsRefused, format!("the credentials' source refused banlieue: {m}"), false)),
-        Err(WitError::NotFound(m)) => Err((Reason::CredentialsNotFound, m, true)),
+        Err(WitError::Unavailable(m)) => Err(Failure::transient(Reason::CredentialsUnavailable, format!("cannot read the credentials: {m}"))),
+        Err(WitError::Denied(m)) => Err(Failure::until_changed(Reason::CredentialsRefused, format!("the credentials' source refused banlieue: {m}"))),
+        Err(WitError::NotFound(m)) => Err(Failure::transient(Reason::CredentialsNotFound, m)),
         Err(_) => Ok(None),
     }
 }

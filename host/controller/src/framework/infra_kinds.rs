@@ -4,6 +4,10 @@
 
 use std::collections::HashSet;
 
+/// The provider role's finalizer on every `<Kind>Machine`: held until the backend VM is
+/// torn down. The VM controller makes Machines with it; in-use protection reads it.
+pub const MACHINE_FINALIZER: &str = "banlieue.io/provider";
+
 /// CAPI's annotation that stops reconciling a Machine: the VM controller sets it while
 /// its VM is paused, and the machine reconciler leaves such a Machine alone.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";

@@ -31,6 +31,14 @@ pub enum Outcome {
     Retry,
 }
 
+impl Outcome {
+    /// After `failure`: retried with backoff when it may clear by itself, otherwise left
+    /// until a change brings the object back.
+    pub fn after(failure: &crate::Failure) -> Outcome {
+        if failure.retry { Outcome::Retry } else { Outcome::AwaitChange }
+    }
+}
+
 /// The scaffolding one controller shares between its reconciles.
 pub struct Frame<K>
 where
@@ -292,7 +300,7 @@ mod tests {
         let waiters: Vec<_> = (0..3)
             .map(|_| {
                 let (gate, reader) = (gate.clone(), reader.clone());
-                tokio::spawn(async move { gate.wait(|| async { reader.wait_until_ready().await.map_err(|e| Error::Other(e.to_string())) }).await })
+                tokio::spawn(async move { gate.wait(|| async { reader.wait_until_ready().await.map_err(|_| Error::CacheStopped("ConfigMap")) }).await })
             })
             .collect();
         // Every waiter polls (and parks) before the cache is filled.

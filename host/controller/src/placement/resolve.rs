@@ -9,7 +9,8 @@ use banlieue_api::infra::{ResolvedDisk, ResolvedNic, ResolvedVm};
 use banlieue_api::{Provider, VMClass, VMImage};
 use kube::ResourceExt;
 
-use crate::status::reasons::{Failure, Reason};
+use crate::failure::Failure;
+use crate::status::reasons::Reason;
 
 /// The image of a `url` source as imported into Provider `provider` (`namespace/name`): the
 /// machine's image key and value. A reference that is a path is a backing file (libvirt),
@@ -64,9 +65,9 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
 fn image_of(image: &VMImage, provider: &Provider, provider_class: &str) -> Result<BTreeMap<String, String>, Failure> {
     let source = image
         .source_for(provider_class)
-        .ok_or_else(|| (Reason::NoImageSource, format!("VMImage {:?} has no source for class {provider_class:?}", image.name_any()), false))?;
+        .ok_or_else(|| Failure::until_changed(Reason::NoImageSource, format!("VMImage {:?} has no source for class {provider_class:?}", image.name_any())))?;
     if source.is_built() {
-        return Err((Reason::ImageNotReady, format!("VMImage {:?} is not built yet", image.name_any()), true));
+        return Err(Failure::transient(Reason::ImageNotReady, format!("VMImage {:?} is not built yet", image.name_any())));
     }
     let mut image_map = BTreeMap::new();
     match &source.url {
@@ -74,7 +75,7 @@ fn image_of(image: &VMImage, provider: &Provider, provider_class: &str) -> Resul
         Some(url) => {
             let at = crate::key(provider);
             let (key, reference) = imported(image, &at, source.checksum.as_deref())
-                .map_err(|why| (Reason::ImageNotReady, format!("VMImage {:?} ({url}) is not on Provider {at} yet: {why}", image.name_any()), true))?;
+                .map_err(|why| Failure::transient(Reason::ImageNotReady, format!("VMImage {:?} ({url}) is not on Provider {at} yet: {why}", image.name_any())))?;
             image_map.insert(key.to_string(), reference);
         }
         None => {
@@ -120,7 +121,7 @@ mod tests {
         assert_eq!(vm.image.get("backingFile").map(String::as_str), Some("/var/lib/pool/image@os@000000000000"));
         assert!(!vm.image.contains_key("url"), "the URL is not handed to the driver");
         for not_yet in [None, Some(import(ImportPhase::Importing, SUM)), Some(import(ImportPhase::Ready, "sha256:other"))] {
-            let (reason, message, retry) = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt", None).unwrap_err();
+            let Failure { reason, message, retry } = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt", None).unwrap_err();
             assert_eq!(reason, Reason::ImageNotReady, "{not_yet:?}");
             assert!(message.contains("infra/kvm") && retry, "{message}");
         }

@@ -19,7 +19,8 @@ use banlieue_api::PlacementPolicy;
 use kube::Api;
 
 use crate::status::conditions::{self, READY};
-use crate::status::reasons::{api_failure, call_failure, Failure, Reason};
+use crate::failure::{api_failure, Failure};
+use crate::status::reasons::Reason;
 use crate::Context;
 
 /// Labels every candidate carries besides its failure domain's own.
@@ -296,25 +297,25 @@ pub async fn decide(
                 .await
                 .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
                 .map_err(|e| api_failure(&e))?
-                .ok_or_else(|| (Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name), false))?;
+                .ok_or_else(|| Failure::until_changed(Reason::PlacementPolicyNotFound, format!("PlacementPolicy {:?} not found", r.name)))?;
             (r.name.clone(), ctx.components.policy(&pp).await, pp.spec.parameters.clone())
         }
     };
-    let policy = policy.map_err(|e| (Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}"), false))?;
+    let policy = policy.map_err(|e| Failure::until_changed(Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}")))?;
     let request = request(&parameters);
     let grants = banlieue_runtime::capability::Grants {
         log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object },
         ..Default::default()
     };
     let decision = ctx.call(&policy_name, "choose", policy.component.choose(&request, candidates, policy.limits, grants)).await.map_err(|e| {
-        let (reason, message, retry) = call_failure(&e);
-        let reason = if reason == Reason::BackendUnavailable { Reason::NoCandidates } else { reason };
-        (reason, format!("placement policy {policy_name:?}: {message}"), retry)
+        let failure = Failure::from(e).context(format!("placement policy {policy_name:?}"));
+        // A policy that cannot decide leaves the VM with nowhere to go, whatever it said.
+        if failure.reason == Reason::BackendUnavailable { Failure { reason: Reason::NoCandidates, ..failure } } else { failure }
     })?;
     // The runtime checked the index; a candidate list changed under us would be a bug here.
     let c = candidates
         .get(decision.candidate)
-        .ok_or_else(|| (Reason::InvalidDecision, format!("placement policy {policy_name:?} chose candidate {}, which does not exist", decision.candidate), false))?;
+        .ok_or_else(|| Failure::until_changed(Reason::InvalidDecision, format!("placement policy {policy_name:?} chose candidate {}, which does not exist", decision.candidate)))?;
     let candidate = Chosen { provider: c.provider().into(), provider_class: c.provider_class().into(), failure_domain: c.failure_domain().into() };
     Ok(Decision { candidate, policy: policy_name, why: decision.reason })
 }

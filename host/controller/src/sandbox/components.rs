@@ -22,6 +22,9 @@ use kube::api::Api;
 use kube::ResourceExt;
 use tokio::sync::OnceCell;
 
+use crate::failure::Cause;
+use crate::status::reasons::Reason;
+
 /// Why a component could not be loaded. `reason()` names the condition reason.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -35,10 +38,32 @@ pub enum LoadError {
     CapabilitiesNotAllowed(String, String),
 }
 
-impl LoadError {
-    /// Worth retrying without a spec change (a registry down, a secret not yet there).
-    pub fn is_retryable(&self) -> bool {
-        crate::status::reasons::Reason::of_load(self) == crate::status::reasons::Reason::FetchFailed || matches!(self, LoadError::PullSecret(_) | LoadError::Source(source::SourceError::File { .. }))
+impl Cause for LoadError {
+    fn reason(&self) -> Reason {
+        use banlieue_oci::Error as O;
+        use source::SourceError as S;
+        match self {
+            LoadError::Source(S::UnsignedNotAllowed(_) | S::Oci(O::Unsigned { .. })) => Reason::Unsigned,
+            LoadError::Source(S::Oci(O::SignatureMismatch { .. } | O::DigestMismatch(_))) => Reason::VerificationFailed,
+            LoadError::Source(S::Oci(O::InvalidArtifact(_) | O::TooLarge { .. })) => Reason::InvalidArtifact,
+            LoadError::Source(S::Oci(_)) => Reason::FetchFailed,
+            LoadError::Source(_) => Reason::SourceInvalid,
+            LoadError::Component(e) => Cause::reason(e),
+            LoadError::PullSecret(_) => Reason::PullSecretInvalid,
+            LoadError::CapabilitiesNotAllowed(..) => Reason::CapabilitiesNotAllowed,
+        }
+    }
+
+    /// Worth retrying without a spec change: a registry down or unreachable, registry
+    /// credentials or a component file not there yet.
+    fn retry(&self) -> bool {
+        use banlieue_oci::Error as O;
+        use source::SourceError as S;
+        match self {
+            LoadError::Source(S::Oci(O::Unsigned { .. } | O::SignatureMismatch { .. } | O::DigestMismatch(_) | O::InvalidArtifact(_) | O::TooLarge { .. })) => false,
+            LoadError::Source(S::Oci(_) | S::File { .. }) | LoadError::PullSecret(_) => true,
+            LoadError::Source(_) | LoadError::Component(_) | LoadError::CapabilitiesNotAllowed(..) => false,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use banlieue_api::common::Initialization;
-use banlieue_api::infra::{ClusterFailureDomain, Deprecated, InfraClusterSpec, InfraClusterStatus, V1Beta1Failure};
+use banlieue_api::infra::{ClusterFailureDomain, InfraClusterSpec, InfraClusterStatus};
 use banlieue_api::Provider;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -29,11 +29,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::{cluster_of, paused, MANAGED_BY, PAUSED_CONDITION};
+use super::contract::{self, cluster_of, paused, MANAGED_BY, PAUSED_CONDITION};
 use crate::status::conditions::{self, READY};
 use crate::status::reasons::Reason;
 use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
-use crate::controllers::machine::V1BETA1_FAILURE_REASON as INVALID_CONFIGURATION;
 use crate::placement::scheduling::{FAILURE_DOMAIN_LABEL, PROVIDER_LABEL};
 use crate::{status, Context, Error};
 
@@ -73,16 +72,16 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
         })
         // Pausing is on the CAPI Cluster.
         .watches_stream_with(
-            super::changes(&ctx, super::cluster_resource()),
+            contract::changes(&ctx, contract::cluster_resource()),
             move |c: DynamicObject| {
                 by_cluster
                     .state()
                     .into_iter()
-                    .filter(|ic| ic.namespace() == c.namespace() && super::cluster_name(ic).as_deref() == Some(c.name_any().as_str()))
+                    .filter(|ic| ic.namespace() == c.namespace() && contract::cluster_name(ic).as_deref() == Some(c.name_any().as_str()))
                     .map(|ic| ObjectRef::from_obj_with(&*ic, r2.clone()))
                     .collect::<Vec<_>>()
             },
-            super::cluster_resource(),
+            contract::cluster_resource(),
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |c, err, kind| kind.frame.error_policy(&c, err), kind)
@@ -109,7 +108,7 @@ async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
     let ready = match serde_json::from_value::<InfraClusterSpec>(c.data.get("spec").cloned().unwrap_or_default()) {
         Err(e) => Some((false, Reason::InvalidSpec, format!("spec does not parse: {e}"))),
         Ok(spec) => {
-            let cluster = if super::owner(c, "Cluster").is_some() { cluster_of(&ctx.client, c).await? } else { None };
+            let cluster = if contract::owner(c, "Cluster").is_some() { cluster_of(&ctx.client, c).await? } else { None };
             match (&cluster, paused(cluster.as_ref(), c)) {
                 (_, Some(why)) => {
                     conditions::set(&mut st.conditions, PAUSED_CONDITION, true, Reason::Paused, why, generation);
@@ -130,9 +129,7 @@ async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
     };
     if let Some((ready, reason, message)) = ready {
         // v1beta1 readers learn of a terminal failure only from these fields.
-        st.deprecated = (reason == Reason::InvalidSpec).then(|| Deprecated {
-            v1beta1: Some(V1Beta1Failure { failure_reason: Some(INVALID_CONFIGURATION.into()), failure_message: Some(message.clone()) }),
-        });
+        st.deprecated = (reason == Reason::InvalidSpec).then(|| contract::v1beta1_failure(message.clone()));
         let was = conditions::get(&old.conditions, READY).map(|c| (c.status == "True", c.reason.clone()));
         conditions::set(&mut st.conditions, READY, ready, reason, message.clone(), generation);
         if was != Some((ready, reason.as_str().to_string())) {

@@ -23,21 +23,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use banlieue_api::common::{NameRef, SecretKeyRef};
-use banlieue_api::infra::{ClusterFailureDomain, Deprecated, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat, V1Beta1Failure};
+use banlieue_api::infra::{ClusterFailureDomain, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat};
 use banlieue_api::vm::{Scheduled, VirtualMachineSpec, VirtualMachineStatus};
 use banlieue_api::{Provider, VMClass, VMImage, VirtualMachine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::{cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
+use super::contract::{self, cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
 use super::cluster::{BACKEND_DOMAIN_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 use crate::status::conditions::{self, READY};
-use crate::controllers::machine::V1BETA1_FAILURE_REASON;
-use crate::status::reasons::{api_failure, Failure, Reason};
+use crate::failure::{api_failure, Failure};
+use crate::status::reasons::Reason;
 use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::placement::{resolve, scheduling};
 use crate::{status, Context, Error};
@@ -60,42 +60,32 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
     let resource = crate::framework::infra_kinds::machine_resource(&prefix);
     // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
     // of them, are neither cached nor reconciled here).
-    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(super::CLUSTER_NAME_LABEL));
+    let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(contract::CLUSTER_NAME_LABEL));
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
         // The owner Machine appears, gets its bootstrap data or a failure domain.
         .watches_stream_with(
-            super::changes(&ctx, super::machine_resource()),
+            contract::changes(&ctx, contract::machine_resource()),
             move |m: DynamicObject| {
                 let name = str_at(&m, "/spec/infrastructureRef/name").map(str::to_string);
                 let kind = str_at(&m, "/spec/infrastructureRef/kind").map(str::to_string);
                 let found = (kind.as_deref() == Some(r1.kind.as_str())).then(|| by_machine.get(&ObjectRef::new_with(name.as_deref().unwrap_or_default(), r1.clone()).within(&m.namespace().unwrap_or_default())));
                 found.flatten().map(|im| ObjectRef::from_obj_with(&*im, r1.clone()))
             },
-            super::machine_resource(),
+            contract::machine_resource(),
         )
         // Pausing and unpausing is on the Cluster.
         .watches_stream_with(
-            super::changes(&ctx, super::cluster_resource()),
-            move |c: DynamicObject| of_cluster(&by_cluster, &c, &r2),
-            super::cluster_resource(),
+            contract::changes(&ctx, contract::cluster_resource()),
+            move |c: DynamicObject| contract::of_cluster(&by_cluster, &c, &r2),
+            contract::cluster_resource(),
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(crate::framework::reconciler::log_run("capi-machine"))
         .await;
-}
-
-/// The machines of CAPI Cluster `c`.
-pub fn of_cluster(store: &Store<DynamicObject>, c: &DynamicObject, resource: &ApiResource) -> Vec<ObjectRef<DynamicObject>> {
-    store
-        .state()
-        .into_iter()
-        .filter(|m| m.namespace() == c.namespace() && super::cluster_name(m).as_deref() == Some(c.name_any().as_str()))
-        .map(|m| ObjectRef::from_obj_with(&*m, resource.clone()))
-        .collect()
 }
 
 async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
@@ -125,7 +115,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         status::write(&api, &m.name_any(), Some(&old), &st).await?;
         return Ok(Outcome::AwaitChange);
     }
-    if super::cluster_name(m).is_some() {
+    if contract::cluster_name(m).is_some() {
         conditions::set(&mut st.conditions, PAUSED_CONDITION, false, Reason::NotPaused, "", generation);
     }
     let outcome = match bind(ctx, m, &kind.resource, &spec, cluster.as_ref()).await {
@@ -138,13 +128,12 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
             ctx.event(&m.object_ref(&kind.resource), false, Reason::Scheduled, "Schedule", bound.message).await;
             return Ok(Outcome::AwaitChange);
         }
-        Err((reason, message, retry)) => {
+        Err(Failure { reason, message, retry }) => {
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             // A terminal failure, for v1beta1 readers too (cleared once the machine is Ready).
             if !retry && !WAITING.contains(&reason) {
-                let failure = V1Beta1Failure { failure_reason: Some(V1BETA1_FAILURE_REASON.into()), failure_message: Some(format!("{reason}: {message}")) };
-                st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
+                st.deprecated = Some(contract::v1beta1_failure(format!("{reason}: {message}")));
             }
             if changed {
                 ctx.event(&m.object_ref(&kind.resource), !WAITING.contains(&reason), reason, "Schedule", message).await;
@@ -166,33 +155,33 @@ struct Bound {
 /// missing is the failure.
 async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, cluster: Option<&DynamicObject>) -> Result<Bound, Failure> {
     let ns = m.namespace().unwrap_or_default();
-    let owner = super::owner(m, "Machine").ok_or_else(|| (Reason::WaitingForOwner, "waiting for CAPI to set the owner Machine".to_string(), false))?;
-    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &super::machine_resource());
+    let owner = contract::owner(m, "Machine").ok_or_else(|| Failure::until_changed(Reason::WaitingForOwner, "waiting for CAPI to set the owner Machine".to_string()))?;
+    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &contract::machine_resource());
     let machine = machines
         .get_opt(&owner.name)
         .await
         .map_err(|e| api_failure(&e))?
-        .ok_or_else(|| (Reason::WaitingForOwner, format!("owner Machine {:?} not found", owner.name), true))?;
+        .ok_or_else(|| Failure::transient(Reason::WaitingForOwner, format!("owner Machine {:?} not found", owner.name)))?;
     let data_secret = str_at(&machine, "/spec/bootstrap/dataSecretName")
-        .ok_or_else(|| (Reason::WaitingForBootstrapData, format!("waiting for Machine {:?} to get spec.bootstrap.dataSecretName from its bootstrap provider", owner.name), false))?
+        .ok_or_else(|| Failure::until_changed(Reason::WaitingForBootstrapData, format!("waiting for Machine {:?} to get spec.bootstrap.dataSecretName from its bootstrap provider", owner.name)))?
         .to_string();
 
     // The template's class and image (checked before anything else is looked up, so a bad
     // template says so at once).
-    let class_ref = spec.class_ref.as_ref().ok_or_else(|| (Reason::InvalidSpec, "spec.classRef is required for machines made from a template".to_string(), false))?;
-    let image_ref = spec.image_ref.as_ref().ok_or_else(|| (Reason::InvalidSpec, "spec.imageRef is required for machines made from a template".to_string(), false))?;
+    let class_ref = spec.class_ref.as_ref().ok_or_else(|| Failure::until_changed(Reason::InvalidSpec, "spec.classRef is required for machines made from a template".to_string()))?;
+    let image_ref = spec.image_ref.as_ref().ok_or_else(|| Failure::until_changed(Reason::InvalidSpec, "spec.imageRef is required for machines made from a template".to_string()))?;
     let class = Api::<VMClass>::all(ctx.client.clone())
         .get_opt(&class_ref.name)
         .await
         .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
         .map_err(|e| api_failure(&e))?
-        .ok_or_else(|| (Reason::ClassNotFound, format!("VMClass {:?} (spec.classRef) not found", class_ref.name), true))?;
+        .ok_or_else(|| Failure::transient(Reason::ClassNotFound, format!("VMClass {:?} (spec.classRef) not found", class_ref.name)))?;
     let image = Api::<VMImage>::all(ctx.client.clone())
         .get_opt(&image_ref.name)
         .await
         .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
         .map_err(|e| api_failure(&e))?
-        .ok_or_else(|| (Reason::ImageNotFound, format!("VMImage {:?} (spec.imageRef) not found", image_ref.name), true))?;
+        .ok_or_else(|| Failure::transient(Reason::ImageNotFound, format!("VMImage {:?} (spec.imageRef) not found", image_ref.name)))?;
     let format = bootstrap_format(ctx, &ns, &data_secret).await?;
 
     let domains = cluster_failure_domains(ctx, &ns, cluster).await?;
@@ -209,7 +198,7 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
         Some(name) => {
             let d = domains.iter().find(|d| d.name == name).ok_or_else(|| {
                 let known: Vec<&str> = domains.iter().map(|d| d.name.as_str()).collect();
-                (Reason::FailureDomainNotFound, format!("failure domain {name:?} is not one of the cluster's ({})", known.join(", ")), true)
+                Failure::transient(Reason::FailureDomainNotFound, format!("failure domain {name:?} is not one of the cluster's ({})", known.join(", ")))
             })?;
             (d.clone(), "as CAPI chose".to_string())
         }
@@ -223,7 +212,7 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
     let provider = providers
         .iter()
         .find(|p| p.name_any() == provider_name)
-        .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {provider_name:?} of failure domain {:?} not found", domain.name), true))?;
+        .ok_or_else(|| Failure::transient(Reason::ProviderNotFound, format!("Provider {provider_name:?} of failure domain {:?} not found", domain.name)))?;
     let provider_class = provider.spec.provider_class_ref.name.clone();
     // Bound once: the binder does not come back to a machine it has bound.
     let mut vm = resolve::machine_vm(&class, &image, provider, &provider_class, None)?;
@@ -244,30 +233,30 @@ async fn bootstrap_format(ctx: &Context, ns: &str, name: &str) -> Result<UserDat
         .get_opt(name)
         .await
         .map_err(|e| api_failure(&e))?
-        .ok_or_else(|| (Reason::WaitingForBootstrapData, format!("bootstrap Secret {name:?} not found yet"), true))?;
+        .ok_or_else(|| Failure::transient(Reason::WaitingForBootstrapData, format!("bootstrap Secret {name:?} not found yet")))?;
     let key = |k: &str| secret.data.as_ref().and_then(|d| d.get(k)).map(|b| b.0.clone()).or_else(|| secret.string_data.as_ref().and_then(|d| d.get(k)).map(|s| s.clone().into_bytes()));
     if key(BOOTSTRAP_VALUE_KEY).is_none_or(|v| v.is_empty()) {
-        return Err((Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has no key {BOOTSTRAP_VALUE_KEY:?}"), true));
+        return Err(Failure::transient(Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has no key {BOOTSTRAP_VALUE_KEY:?}")));
     }
     match key(BOOTSTRAP_FORMAT_KEY).as_deref() {
         None | Some(b"cloud-config") => Ok(UserDataFormat::CloudConfig),
         Some(b"ignition") => Ok(UserDataFormat::Ignition),
-        Some(other) => Err((Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has format {:?}; banlieue takes cloud-config or ignition", String::from_utf8_lossy(other)), true)),
+        Some(other) => Err(Failure::transient(Reason::InvalidBootstrapData, format!("bootstrap Secret {name:?} has format {:?}; banlieue takes cloud-config or ignition", String::from_utf8_lossy(other)))),
     }
 }
 
 /// The failure domains the cluster's `<Kind>Cluster` lists (`Cluster.spec.infrastructureRef`).
 async fn cluster_failure_domains(ctx: &Context, ns: &str, cluster: Option<&DynamicObject>) -> Result<Vec<ClusterFailureDomain>, Failure> {
-    let cluster = cluster.ok_or_else(|| (Reason::WaitingForCluster, "waiting for the CAPI Cluster named by label cluster.x-k8s.io/cluster-name".to_string(), true))?;
+    let cluster = cluster.ok_or_else(|| Failure::transient(Reason::WaitingForCluster, "waiting for the CAPI Cluster named by label cluster.x-k8s.io/cluster-name".to_string()))?;
     let (Some(group), Some(kind), Some(name)) = (
         str_at(cluster, "/spec/infrastructureRef/apiGroup"),
         str_at(cluster, "/spec/infrastructureRef/kind"),
         str_at(cluster, "/spec/infrastructureRef/name"),
     ) else {
-        return Err((Reason::WaitingForClusterInfrastructure, format!("Cluster {:?} has no spec.infrastructureRef yet", cluster.name_any()), true));
+        return Err(Failure::transient(Reason::WaitingForClusterInfrastructure, format!("Cluster {:?} has no spec.infrastructureRef yet", cluster.name_any())));
     };
     if group != banlieue_api::infra::INFRA_GROUP {
-        return Err((Reason::InvalidSpec, format!("Cluster {:?} has its infrastructure in {group}, not banlieue", cluster.name_any()), false));
+        return Err(Failure::until_changed(Reason::InvalidSpec, format!("Cluster {:?} has its infrastructure in {group}, not banlieue", cluster.name_any())));
     }
     let prefix = kind.strip_suffix("Cluster").unwrap_or(kind);
     let resource = crate::framework::infra_kinds::cluster_resource(prefix);
@@ -275,10 +264,10 @@ async fn cluster_failure_domains(ctx: &Context, ns: &str, cluster: Option<&Dynam
         .get_opt(name)
         .await
         .map_err(|e| api_failure(&e))?
-        .ok_or_else(|| (Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} not found"), true))?;
+        .ok_or_else(|| Failure::transient(Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} not found")))?;
     let st: InfraClusterStatus = infra.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
     if st.failure_domains.is_empty() {
-        return Err((Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} lists no failure domains yet"), true));
+        return Err(Failure::transient(Reason::WaitingForClusterInfrastructure, format!("{kind} {name:?} lists no failure domains yet")));
     }
     Ok(st.failure_domains)
 }
@@ -306,9 +295,9 @@ async fn place(
         vm
     };
     let me = as_vm(m, None);
-    let siblings = match super::cluster_name(m) {
+    let siblings = match contract::cluster_name(m) {
         Some(cluster) => {
-            let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", super::CLUSTER_NAME_LABEL));
+            let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", contract::CLUSTER_NAME_LABEL));
             Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, resource).list(&lp).await.map_err(|e| api_failure(&e))?.items
         }
         None => vec![],
@@ -323,7 +312,7 @@ async fn place(
         })
         .collect();
     let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
-    let found = scheduling::candidates(&me, class, &image_classes, providers, &placed, true).map_err(|e| (Reason::InvalidPlacement, e, false))?;
+    let found = scheduling::candidates(&me, class, &image_classes, providers, &placed, true).map_err(|e| Failure::until_changed(Reason::InvalidPlacement, e))?;
     // Only the cluster's domains; control planes only where the cluster allows them.
     let allowed = |provider: &str, failure_domain: &str| {
         domains.iter().find(|d| {
@@ -341,10 +330,10 @@ async fn place(
         if !found.excluded.is_empty() {
             message.push_str(&format!(": {}", found.excluded.join("; ")));
         }
-        return Err((Reason::NoCandidates, message, true));
+        return Err(Failure::transient(Reason::NoCandidates, message));
     }
     let request = |parameters: &std::collections::BTreeMap<String, serde_json::Value>| scheduling::request(&me, class, parameters);
     let decision = scheduling::decide(ctx, class.spec.placement_policy_ref.as_ref(), request, &candidates, crate::key(m)).await?;
-    let domain = allowed(&decision.candidate.provider, &decision.candidate.failure_domain).cloned().ok_or_else(|| (Reason::Internal, "the placement decision is not a cluster domain".to_string(), true))?;
+    let domain = allowed(&decision.candidate.provider, &decision.candidate.failure_domain).cloned().ok_or_else(|| Failure::transient(Reason::Internal, "the placement decision is not a cluster domain".to_string()))?;
     Ok((domain, format!("by {}: {}", decision.policy, decision.why)))
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
-use banlieue_api::infra::{Deprecated, InfraMachineSpec, InfraMachineStatus, V1Beta1Failure};
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
@@ -33,19 +33,17 @@ use kube::{Resource, ResourceExt};
 
 use crate::status;
 use crate::status::conditions::{self, PROVISIONED, READY};
-use crate::status::reasons::{call_failure, Failure, Reason};
+use crate::failure::Failure;
+use crate::status::reasons::Reason;
 use crate::framework::reconciler::{cached, dynamic_controller, CachesReady, Frame, Outcome};
-use crate::controllers::capi;
+use crate::controllers::capi::contract;
 use crate::framework::infra_kinds;
 use crate::status::finalizer;
 use crate::{Context, Error};
 
-pub const FINALIZER: &str = "banlieue.io/provider";
+pub use crate::framework::infra_kinds::MACHINE_FINALIZER as FINALIZER;
 /// How often a settled machine is described again, to notice drift.
 pub const RESYNC: Duration = Duration::from_secs(300);
-/// `status.deprecated.v1beta1.failureReason` of a terminal failure (CAPI's v1beta1
-/// `MachineStatusError` for a spec that cannot be realised).
-pub const V1BETA1_FAILURE_REASON: &str = "InvalidConfiguration";
 /// The first look again at a machine still on its way (powering on, waiting for an address).
 pub const SETTLING_MIN: Duration = Duration::from_secs(2);
 
@@ -77,7 +75,7 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
     // The Provider reconciler counts a deleted Provider's Machines here (`in_use`).
-    ctx.in_use.add_cache(store.clone());
+    crate::controllers::in_use::add_cache(&ctx, store.clone());
     controller
         // A ProviderClass reaches machines through their Provider's probe; this stream only keeps the cache.
         .watches_stream(provider_class_changes, |_| std::iter::empty::<ObjectRef<DynamicObject>>())
@@ -93,9 +91,9 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         })
         // Unpausing a CAPI Cluster resumes its machines.
         .watches_stream_with(
-            capi::changes(&ctx, capi::cluster_resource()),
-            move |c: DynamicObject| capi::machine::of_cluster(&by_cluster, &c, &r2),
-            capi::cluster_resource(),
+            contract::changes(&ctx, contract::cluster_resource()),
+            move |c: DynamicObject| contract::of_cluster(&by_cluster, &c, &r2),
+            contract::cluster_resource(),
         )
         .graceful_shutdown_on(stop)
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
@@ -152,7 +150,7 @@ fn status(m: &DynamicObject) -> InfraMachineStatus {
 async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
     kind.caches_ready
         .wait(|| async {
-            let not_ready = |_| Error::Other("a cache's watch stopped".into());
+            let not_ready = |_| Error::CacheStopped("machine reconciler");
             kind.providers.wait_until_ready().await.map_err(not_ready)?;
             kind.provider_classes.wait_until_ready().await.map_err(not_ready)
         })
@@ -184,15 +182,15 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
     }
     // Paused (by its VM, or by CAPI on the machine or its Cluster): nothing is touched,
     // not even a deletion. Machines of a CAPI cluster say so in a `Paused` condition.
-    let capi_cluster = if capi::cluster_name(m).is_some() { capi::cluster_of(&ctx.client, m).await? } else { None };
-    let paused = capi::paused(capi_cluster.as_ref(), m);
+    let capi_cluster = if contract::cluster_name(m).is_some() { contract::cluster_of(&ctx.client, m).await? } else { None };
+    let paused = contract::paused(capi_cluster.as_ref(), m);
     let mut base = status(m);
-    if capi::cluster_name(m).is_some() {
+    if contract::cluster_name(m).is_some() {
         let (reason, why) = match &paused {
             Some(why) => (Reason::Paused, why.clone()),
             None => (Reason::NotPaused, String::new()),
         };
-        conditions::set(&mut base.conditions, capi::PAUSED_CONDITION, paused.is_some(), reason, why, m.metadata.generation);
+        conditions::set(&mut base.conditions, contract::PAUSED_CONDITION, paused.is_some(), reason, why, m.metadata.generation);
     }
     if paused.is_some() {
         write_status(&api, m, base).await?;
@@ -232,14 +230,13 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
             write_status(&api, m, st.clone()).await?;
             return Ok(Outcome::Requeue(next_look(&st)));
         }
-        Err((reason, message, retryable)) => {
+        Err(Failure { reason, message, retry: retryable }) => {
             let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason || c.status != "False");
             conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             st.observed_generation = generation;
             if !retryable {
                 // v1beta1 readers learn of a terminal failure only from these fields.
-                let failure = V1Beta1Failure { failure_reason: Some(V1BETA1_FAILURE_REASON.into()), failure_message: Some(format!("{reason}: {message}")) };
-                st.deprecated = Some(Deprecated { v1beta1: Some(failure) });
+                st.deprecated = Some(contract::v1beta1_failure(format!("{reason}: {message}")));
             }
             if changed {
                 ctx.event(&m.object_ref(&kind.resource), reason != Reason::Queued, reason, "Reconcile", message).await;
@@ -270,13 +267,13 @@ async fn backend(kind: &Kind, m: &DynamicObject, spec: &InfraMachineSpec) -> Res
     let ns = m.namespace().unwrap_or_default();
     let Some(provider_ref) = &spec.provider_ref else {
         // Unbound machines never get here (see `reconcile_inner`).
-        return Err((Reason::InvalidSpec, "spec.providerRef is not set".into(), false));
+        return Err(Failure::until_changed(Reason::InvalidSpec, "spec.providerRef is not set"));
     };
     // A Provider that appears later wakes its machines (the Provider watch above).
     let provider = kind
         .providers
         .get(&ObjectRef::new(&provider_ref.name).within(&ns))
-        .ok_or_else(|| (Reason::ProviderNotFound, format!("Provider {:?} not found in namespace {ns}", provider_ref.name), false))?;
+        .ok_or_else(|| Failure::until_changed(Reason::ProviderNotFound, format!("Provider {:?} not found in namespace {ns}", provider_ref.name)))?;
     let class = kind.provider_classes.get(&ObjectRef::new(&provider.spec.provider_class_ref.name));
     crate::sandbox::grants::backend_of_class(&kind.ctx, &provider, class.as_deref(), &crate::key(m)).await
 }
@@ -301,12 +298,12 @@ fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
 }
 
 async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, Failure> {
-    ctx.call(&b.class, function, fut).await.map_err(|e| call_failure(&e))
+    ctx.call(&b.class, function, fut).await.map_err(Failure::from)
 }
 
 /// A slot for an operation that changes the backend, or `Queued` (see [`crate::framework::throttle`]).
 fn operation(b: &Backend) -> Result<crate::framework::throttle::Operation, Failure> {
-    b.throttle.start().map_err(|q| (Reason::Queued, q.to_string(), true))
+    b.throttle.start().map_err(|q| Failure::transient(Reason::Queued, q.to_string()))
 }
 
 /// What a failed reconcile does next: queued work comes back soon (spread), anything else
@@ -332,7 +329,7 @@ async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec:
             Ok(s) => Some(s),
             // The backend VM vanished behind our back: make it again (same UID, same name).
             Err(CallError::Guest(GuestError::NotFound(_))) => None,
-            Err(e) => return Err(call_failure(&e)),
+            Err(e) => return Err(Failure::from(e)),
         }
     } else {
         None
@@ -414,7 +411,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
         let _op = operation(&b)?;
         match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
             Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
-            Err(e) => Err(call_failure(&e)),
+            Err(e) => Err(Failure::from(e)),
         }
     }
     .await;
@@ -425,7 +422,7 @@ async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &A
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&backend_uid(m));
             Ok(Outcome::AwaitChange)
         }
-        Err((reason, message, _)) => {
+        Err(Failure { reason, message, .. }) => {
             // The finalizer stays: without the backend's word the VM may still exist.
             let mut st = status(m);
             let message = format!("cannot delete the backend VM yet: {message}");
@@ -451,19 +448,19 @@ async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) 
             let secret = secrets
                 .get_opt(&r.name)
                 .await
-                .map_err(|e| crate::status::reasons::api_failure(&e))?
-                .ok_or_else(|| (Reason::UserDataNotFound, format!("user-data Secret {:?} not found", r.name), true))?;
+                .map_err(|e| crate::failure::api_failure(&e))?
+                .ok_or_else(|| Failure::transient(Reason::UserDataNotFound, format!("user-data Secret {:?} not found", r.name)))?;
             let bytes = secret
                 .data
                 .as_ref()
                 .and_then(|d| d.get(&r.key))
                 .map(|b| b.0.clone())
                 .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(&r.key)).map(|s| s.clone().into_bytes()))
-                .ok_or_else(|| (Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", r.name, r.key), true))?;
-            Some(String::from_utf8(bytes).map_err(|_| (Reason::InvalidUserData, format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key), false))?)
+                .ok_or_else(|| Failure::transient(Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", r.name, r.key)))?;
+            Some(String::from_utf8(bytes).map_err(|_| Failure::until_changed(Reason::InvalidUserData, format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key)))?)
         }
     };
-    let image = image_source(&vm.image).ok_or_else(|| (Reason::NoImageSource, "the machine's image has no template, backingFile or url".into(), false))?;
+    let image = image_source(&vm.image).ok_or_else(|| Failure::until_changed(Reason::NoImageSource, "the machine's image has no template, backingFile or url"))?;
     Ok(Machine {
         uid: backend_uid(m),
         name: m.name_any(),

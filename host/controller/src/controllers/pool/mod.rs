@@ -98,7 +98,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
 }
 
 async fn reconcile(pool: Arc<VirtualMachinePool>, pools: Arc<Pools>) -> Result<Action, Error> {
-    pools.vms_ready.wait(|| async { pools.vms.wait_until_ready().await.map_err(|_| Error::Other("the VM cache's watch stopped".into())) }).await?;
+    pools.vms_ready.wait(|| async { pools.vms.wait_until_ready().await.map_err(|_| Error::CacheStopped("VM")) }).await?;
     pools.frame.reconcile(&pool, reconcile_pool(&pool, &pools)).await
 }
 

@@ -32,6 +32,7 @@ use kube::{Resource, ResourceExt};
 use crate::status;
 use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::framework::infra_kinds::PAUSED_ANNOTATION;
+use crate::failure::{api_failure, Failure};
 use crate::status::reasons::Reason;
 use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::framework::infra_kinds;
@@ -121,7 +122,7 @@ impl State {
     async fn ready(&self) -> Result<(), Error> {
         self.caches_ready
             .wait(|| async {
-                let not_ready = |_| Error::Other("a cache's watch stopped".into());
+                let not_ready = |_| Error::CacheStopped("VM reconciler");
                 self.classes.wait_until_ready().await.map_err(not_ready)?;
                 self.images.wait_until_ready().await.map_err(not_ready)?;
                 self.providers.wait_until_ready().await.map_err(not_ready)?;
@@ -259,17 +260,21 @@ async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action,
     state.frame.reconcile(&vm, Reconcile::new(&vm, &state).run()).await
 }
 
-/// Why the VM cannot progress: the condition to set and whether to retry on a timer
-/// (otherwise a watch on the missing thing brings the VM back).
+/// Why the VM cannot progress: the failure, and the condition that shows it besides `Ready`.
 struct Blocked {
     condition: &'static str,
-    reason: Reason,
-    message: String,
-    retry: bool,
+    failure: Failure,
 }
 
+impl Blocked {
+    fn on(condition: &'static str, failure: Failure) -> Blocked {
+        Blocked { condition, failure }
+    }
+}
+
+/// Blocked until something changes (a watch on what is missing brings the VM back).
 fn blocked(condition: &'static str, reason: Reason, message: impl Into<String>) -> Blocked {
-    Blocked { condition, reason, message: message.into(), retry: false }
+    Blocked::on(condition, Failure::until_changed(reason, message))
 }
 
 struct Reconcile<'a> {
@@ -322,7 +327,7 @@ impl<'a> Reconcile<'a> {
         }
         // The Machine the status names, read once for this reconcile.
         let machine = match self.status.infrastructure_ref.clone() {
-            Some(r) => self.get_machine(&r).await,
+            Some(r) => self.get_machine(&r).await.map_err(api_error),
             None => Ok(None),
         };
         if let Ok(Some(m)) = &machine {
@@ -333,14 +338,15 @@ impl<'a> Reconcile<'a> {
         }
         let outcome = match self.apply(machine).await {
             Ok(outcome) => outcome,
-            Err(b) => {
-                let first = conditions::get(&self.status.conditions, b.condition).is_none_or(|c| b.reason != c.reason);
-                self.set(b.condition, false, b.reason, b.message.clone());
-                self.set(READY, false, b.reason, b.message.clone());
+            Err(Blocked { condition, failure }) => {
+                let first = conditions::get(&self.status.conditions, condition).is_none_or(|c| failure.reason != c.reason);
+                self.set(condition, false, failure.reason, failure.message.clone());
+                self.set(READY, false, failure.reason, failure.message.clone());
+                let outcome = Outcome::after(&failure);
                 if first {
-                    self.event(true, b.reason, "Reconcile", b.message).await;
+                    self.event(true, failure.reason, "Reconcile", failure.message).await;
                 }
-                if b.retry { Outcome::Retry } else { Outcome::AwaitChange }
+                outcome
             }
         };
         self.record().await?;
@@ -390,10 +396,10 @@ impl<'a> Reconcile<'a> {
                 .get_opt(&u.name)
                 .await
                 .map_err(api_error)?
-                .ok_or_else(|| blocked(SCHEDULED, Reason::UserDataNotFound, format!("user-data Secret {:?} not found", u.name)).retrying())?;
+                .ok_or_else(|| Blocked::on(SCHEDULED, Failure::transient(Reason::UserDataNotFound, format!("user-data Secret {:?} not found", u.name))))?;
             let has_key = secret.data.as_ref().is_some_and(|d| d.contains_key(&u.key)) || secret.string_data.as_ref().is_some_and(|d| d.contains_key(&u.key));
             if !has_key {
-                return Err(blocked(SCHEDULED, Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", u.name, u.key)).retrying());
+                return Err(Blocked::on(SCHEDULED, Failure::transient(Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", u.name, u.key))));
             }
         }
         let mut providers: Vec<Arc<Provider>> =
@@ -504,9 +510,9 @@ impl<'a> Reconcile<'a> {
                     self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
                     Ok(next)
                 }
-                Err(b) => {
+                Err(Blocked { failure, .. }) => {
                     // Nowhere to go: the VM keeps running where it is.
-                    self.set(PLACEMENT_VALID, false, b.reason, format!("{why}, and it cannot move: {}", b.message));
+                    self.set(PLACEMENT_VALID, false, failure.reason, format!("{why}, and it cannot move: {}", failure.message));
                     Ok(current.clone())
                 }
             }
@@ -541,7 +547,7 @@ impl<'a> Reconcile<'a> {
         let candidates = scheduling::prefer_imported(found.candidates, image);
         let decision = scheduling::decide(self.ctx, policy_ref, request, &candidates, format!("{}/{}", self.ns, self.name))
             .await
-            .map_err(|(reason, message, retry)| Blocked { condition: SCHEDULED, reason, message, retry })?;
+            .map_err(|f| Blocked::on(SCHEDULED, f))?;
         let (chosen, policy_name) = (&decision.candidate, &decision.policy);
         let provider_name = chosen.provider.rsplit('/').next().unwrap_or_default().to_string();
         let provider = providers.iter().find(|p| p.name_any() == provider_name).ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, provider_name.clone()))?;
@@ -572,10 +578,10 @@ impl<'a> Reconcile<'a> {
         Ok(scheduled)
     }
 
-    async fn get_machine(&self, r: &InfrastructureRef) -> Result<Option<DynamicObject>, Blocked> {
+    async fn get_machine(&self, r: &InfrastructureRef) -> Result<Option<DynamicObject>, kube::Error> {
         let resource = resource_of(r);
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource);
-        api.get_opt(&r.name).await.map_err(api_error)
+        api.get_opt(&r.name).await
     }
 
     async fn move_away(&mut self, current: &InfrastructureRef, old: &DynamicObject, next: &Scheduled) -> Result<Outcome, Blocked> {
@@ -597,7 +603,7 @@ impl<'a> Reconcile<'a> {
     fn machine_spec(&self, class: &VMClass, image: &VMImage, provider: &Provider, scheduled: &Scheduled, existing: Option<&DynamicObject>) -> Result<InfraMachineSpec, Blocked> {
         let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
         let resolved = crate::placement::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
-            .map_err(|(reason, message, _)| blocked(SCHEDULED, reason, message))?;
+            .map_err(|f| Blocked::on(SCHEDULED, f))?;
         Ok(InfraMachineSpec {
             provider_id: None,
             failure_domain: Some(scheduled.failure_domain.clone()),
@@ -628,7 +634,7 @@ impl<'a> Reconcile<'a> {
                 "namespace": self.ns,
                 "labels": labels,
                 "ownerReferences": [owner],
-                "finalizers": [crate::controllers::machine::FINALIZER],
+                "finalizers": [crate::framework::infra_kinds::MACHINE_FINALIZER],
             },
             "spec": spec,
         });
@@ -645,11 +651,9 @@ impl<'a> Reconcile<'a> {
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
         api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
-            let (reason, message) = match Reason::of_api(&e) {
-                (Reason::Forbidden, message) => (Reason::Forbidden, message),
-                (_, message) => (Reason::MachineApplyFailed, message),
-            };
-            blocked(INFRASTRUCTURE_READY, reason, format!("applying {} {}: {message}", resource.kind, self.name)).retrying()
+            let failure = api_failure(&e).context(format_args!("applying {} {}", resource.kind, self.name));
+            let reason = if failure.reason == Reason::Forbidden { Reason::Forbidden } else { Reason::MachineApplyFailed };
+            Blocked::on(INFRASTRUCTURE_READY, Failure { reason, ..failure })
         })
     }
 
@@ -692,9 +696,8 @@ impl<'a> Reconcile<'a> {
             return Ok(Outcome::AwaitChange);
         }
         if let Some(r) = self.status.infrastructure_ref.clone() {
-            match self.get_machine(&r).await {
-                Err(b) => return Err(Error::Other(b.message)),
-                Ok(Some(m)) => {
+            match self.get_machine(&r).await? {
+                Some(m) => {
                     if m.metadata.deletion_timestamp.is_none() {
                         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
                         api.delete(&r.name, &DeleteParams::default()).await?;
@@ -706,7 +709,7 @@ impl<'a> Reconcile<'a> {
                     self.write_status().await?;
                     return Ok(Outcome::AwaitChange);
                 }
-                Ok(None) => {}
+                None => {}
             }
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
@@ -732,24 +735,17 @@ fn holds(s: &Scheduled) -> String {
     format!("{}/{} satisfies the placement", s.provider, s.failure_domain)
 }
 
-impl Blocked {
-    fn retrying(mut self) -> Self {
-        self.retry = true;
-        self
-    }
-}
-
 /// A failed status write, retried.
 fn status_error(e: Error) -> Blocked {
     match e {
         Error::Kube(e) => api_error(e),
-        Error::Other(message) => Blocked { condition: READY, reason: Reason::APIError, message, retry: true },
+        other => Blocked::on(READY, Failure::transient(Reason::Internal, other.to_string())),
     }
 }
 
+/// A failed API call, retried.
 fn api_error(e: kube::Error) -> Blocked {
-    let (reason, message) = Reason::of_api(&e);
-    Blocked { condition: READY, reason, message, retry: true }
+    Blocked::on(READY, api_failure(&e))
 }
 
 fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {

@@ -39,7 +39,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::status::conditions::{self, READY};
-use crate::status::reasons::{call_failure, Failure, Reason};
+use crate::failure::{Cause, Failure};
+use crate::status::reasons::Reason;
 use crate::framework::reconciler::{Frame, Outcome, Retried};
 use crate::status::{self, finalizer};
 use crate::{Context, Error};
@@ -171,7 +172,7 @@ async fn reconcile(cached: &VMImage, s: &Images) -> Result<Outcome, Error> {
             conditions::set(&mut st.conditions, FETCHED, true, Reason::Fetched, fetched.join("; "), generation);
             import_everywhere(image, &sources, s, &api, &old, &mut st).await?
         }
-        Some((reason, message, retry)) => {
+        Some(Failure { reason, message, retry }) => {
             let changed = conditions::get(&old.conditions, FETCHED).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
             conditions::set(&mut st.conditions, FETCHED, false, reason, message.clone(), generation);
             if changed {
@@ -227,7 +228,7 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
         // A Provider deleted since holds nothing banlieue can still reach.
         let Some(provider) = providers.iter().find(|p| crate::key(*p) == import.provider) else { continue };
         let Some(src) = image.source_for(&provider.spec.provider_class_ref.name) else { continue };
-        if let Err((reason, message, _)) = delete_one(ctx, image, provider, &src, &reference).await {
+        if let Err(Failure { reason, message, .. }) = delete_one(ctx, image, provider, &src, &reference).await {
             left.push(format!("{}: {reason}: {message}", import.provider));
         }
     }
@@ -259,7 +260,7 @@ async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &I
     let request = image_request(image, provider, src);
     match ctx.call(&b.class, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
         Ok(()) | Err(banlieue_runtime::CallError::Guest(banlieue_runtime::GuestError::NotFound(_))) => Ok(()),
-        Err(e) => Err(call_failure(&e)),
+        Err(e) => Err(Failure::from(e)),
     }
 }
 
@@ -296,7 +297,7 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
         let result = import_one(ctx, &s.cache, image, p, src).await;
         let (phase, reference, message) = match result {
             Ok(done) => done,
-            Err((reason, message, again)) => {
+            Err(Failure { reason, message, retry: again }) => {
                 retry |= again;
                 (ImportPhase::Failed, None, format!("{reason}: {message}"))
             }
@@ -354,7 +355,7 @@ async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) ->
                 let message = format!("{}: removed the earlier import {} ({}): no VM uses it", r.provider, r.reference.clone().unwrap_or_default(), r.digest.clone().unwrap_or_default());
                 ctx.event(&image.object_ref(&()), false, Reason::Deleted, "Release", message).await;
             }
-            Err((reason, message, _)) => kept.push(ImageImport { message: Some(format!("cannot remove it yet: {reason}: {message}")), ..r }),
+            Err(Failure { reason, message, .. }) => kept.push(ImageImport { message: Some(format!("cannot remove it yet: {reason}: {message}")), ..r }),
         }
     }
     st.retired = kept;
@@ -365,11 +366,11 @@ async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) ->
 /// streaming the bytes.
 async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider: &Provider, src: &ImageSource) -> Result<(ImportPhase, Option<String>, String), Failure> {
     let url = src.url.clone().unwrap_or_default();
-    let digest = Digest::parse(src.checksum.as_deref().unwrap_or_default()).map_err(|e| (Reason::InvalidSpec, e.to_string(), false))?;
-    let entry = cache.get(&digest).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?.ok_or_else(|| (Reason::FetchFailed, format!("{url} is no longer in the image cache"), true))?;
+    let digest = Digest::parse(src.checksum.as_deref().unwrap_or_default()).map_err(|e| Failure::until_changed(Reason::InvalidSpec, e.to_string()))?;
+    let entry = cache.get(&digest).map_err(|e| Failure::transient(Reason::FetchFailed, format!("image cache: {e}")))?.ok_or_else(|| Failure::transient(Reason::FetchFailed, format!("{url} is no longer in the image cache")))?;
     let b = crate::sandbox::grants::backend(ctx, provider, &image.name_any()).await?;
     // The virtual size is the source's: qemu-img reports a stream-optimised VMDK's differently.
-    let info = cache.inspect(&entry).await.map_err(|e| (Reason::NotADiskImage, format!("{url}: {e}"), false))?;
+    let info = cache.inspect(&entry).await.map_err(|e| Failure::until_changed(Reason::NotADiskImage, format!("{url}: {e}")))?;
     // Converted once per format (the cache keeps it), to what the class's driver takes.
     let format = match b.image_format {
         ImageFormat::Qcow2 => Some(DiskFormat::Qcow2),
@@ -378,10 +379,10 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
         ImageFormat::Source => None,
     };
     let (converted, format) = match format {
-        Some(f) => (cache.convert(&entry, f).await.map_err(|e| (Reason::NotADiskImage, format!("converting {url}: {e}"), false))?, f.extension().to_string()),
+        Some(f) => (cache.convert(&entry, f).await.map_err(|e| Failure::until_changed(Reason::NotADiskImage, format!("converting {url}: {e}")))?, f.extension().to_string()),
         None => (entry, info.format.clone()),
     };
-    let file = cache.open_entry(&converted).map_err(|e| (Reason::FetchFailed, format!("image cache: {e}"), true))?;
+    let file = cache.open_entry(&converted).map_err(|e| Failure::transient(Reason::FetchFailed, format!("image cache: {e}")))?;
     let mut grants = b.grants.clone();
     grants.transfer = Some(TransferGrant {
         file: Arc::new(file),
@@ -391,7 +392,7 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
         virtual_size: info.virtual_size,
     });
     let request = image_request(image, provider, src);
-    let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(|e| call_failure(&e))?;
+    let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
     let phase = match done.phase {
         ImagePhase::Pending => ImportPhase::Pending,
         ImagePhase::Importing => ImportPhase::Importing,
@@ -403,26 +404,34 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
 
 /// Download, verify and inspect one source; what it is, or why not.
 async fn fetch(cache: &ImageCache, d: &Download) -> Result<String, Failure> {
-    let fetch_failure = |e: FetchError| {
-        let reason = match &e {
+    let fetch_failure = |e: FetchError| Failure::from(e).context(&d.url);
+    if d.checksum.is_empty() {
+        return Err(Failure::until_changed(Reason::InvalidSpec, format!("{}: a url source needs a checksum (sha256:<hex>) to be verified against", d.url)));
+    }
+    let digest = Digest::parse(&d.checksum).map_err(fetch_failure)?;
+    let entry = cache.fetch(&d.url, &digest).await.map_err(fetch_failure)?;
+    let info = cache.inspect(&entry).await.map_err(|e| match e {
+        ConvertError::NotADiskImage(why) => Failure::until_changed(Reason::NotADiskImage, format!("{}: {why}", d.url)),
+        ConvertError::QemuImg(why) => Failure::until_changed(Reason::NotADiskImage, format!("{}: qemu-img cannot read it: {why}", d.url)),
+        ConvertError::Io(e) => Failure::transient(Reason::FetchFailed, format!("{}: image cache: {e}", d.url)),
+    })?;
+    Ok(format!("{} ({digest}): {}, {} bytes, virtual size {} bytes", d.url, info.format, entry.size, info.virtual_size))
+}
+
+/// A download's failure: a source written wrong waits for a change, a server that did not
+/// answer (or answered an error) is tried again.
+impl Cause for FetchError {
+    fn reason(&self) -> Reason {
+        match self {
             FetchError::InvalidChecksum(_) | FetchError::InvalidUrl(_) => Reason::InvalidSpec,
             FetchError::SchemeNotAllowed { .. } => Reason::URLNotAllowed,
             FetchError::ChecksumMismatch { .. } => Reason::ChecksumMismatch,
             FetchError::TooLarge { .. } => Reason::ImageTooLarge,
             FetchError::Http { .. } | FetchError::Unavailable { .. } | FetchError::Io(_) => Reason::FetchFailed,
-        };
-        let retry = e.is_retryable();
-        (reason, format!("{}: {e}", d.url), retry)
-    };
-    if d.checksum.is_empty() {
-        return Err((Reason::InvalidSpec, format!("{}: a url source needs a checksum (sha256:<hex>) to be verified against", d.url), false));
+        }
     }
-    let digest = Digest::parse(&d.checksum).map_err(fetch_failure)?;
-    let entry = cache.fetch(&d.url, &digest).await.map_err(fetch_failure)?;
-    let info = cache.inspect(&entry).await.map_err(|e| match e {
-        ConvertError::NotADiskImage(why) => (Reason::NotADiskImage, format!("{}: {why}", d.url), false),
-        ConvertError::QemuImg(why) => (Reason::NotADiskImage, format!("{}: qemu-img cannot read it: {why}", d.url), false),
-        ConvertError::Io(e) => (Reason::FetchFailed, format!("{}: image cache: {e}", d.url), true),
-    })?;
-    Ok(format!("{} ({digest}): {}, {} bytes, virtual size {} bytes", d.url, info.format, entry.size, info.virtual_size))
+
+    fn retry(&self) -> bool {
+        self.is_retryable()
+    }
 }

@@ -13,8 +13,7 @@
 
 pub mod vault;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use banlieue_api::provider::{CredentialsKind, RequestedCapabilities};
 use banlieue_api::Provider;
@@ -27,7 +26,8 @@ use banlieue_runtime::provider::ProviderConfig;
 use banlieue_secrets::KubernetesSecret;
 use kube::ResourceExt;
 
-use crate::status::reasons::{Failure, Reason};
+use crate::failure::{api_failure, Cause, Failure};
+use crate::status::reasons::Reason;
 use crate::Context;
 
 /// A grant that cannot be made; the reason goes on the Provider's condition.
@@ -41,8 +41,21 @@ pub enum GrantError {
     Unavailable(String),
 }
 
-#[derive(Default)]
-pub(crate) struct Cache(Mutex<HashMap<String, (String, Grants)>>);
+/// Retried either way: a connection written wrong is fixed by editing the Provider, whose
+/// change brings it back sooner.
+impl Cause for GrantError {
+    fn reason(&self) -> Reason {
+        match self {
+            GrantError::Invalid(_) => Reason::InvalidConnection,
+            GrantError::Unavailable(_) => Reason::BackendUnavailable,
+        }
+    }
+
+    fn retry(&self) -> bool {
+        true
+    }
+}
+
 
 /// The driver configuration and grants of `provider`, for a call about `object`.
 pub async fn for_provider(
@@ -55,14 +68,14 @@ pub async fn for_provider(
     let key = crate::key(provider);
     let fingerprint = format!("{:?}/{}/{caps:?}", provider.metadata.uid, provider.metadata.generation.unwrap_or(0));
     let cached = {
-        let map = ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner());
+        let map = ctx.grants.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&key).filter(|(f, _)| *f == fingerprint).map(|(_, g)| g.clone())
     };
     let mut grants = match cached {
         Some(g) => g,
         None => {
             let g = build(ctx, provider, caps).await?;
-            ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), (fingerprint, g.clone()));
+            ctx.grants.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), (fingerprint, g.clone()));
             g
         }
     };
@@ -118,7 +131,7 @@ async fn build(ctx: &Context, provider: &Provider, caps: &RequestedCapabilities)
 /// Build `provider`'s grants afresh on the next call: its credentials could not be read or
 /// were refused, and what they come from (a Vault login's Secret) may have been fixed since.
 pub fn forget(ctx: &Context, provider: &Provider) {
-    ctx.grants.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&crate::key(provider));
+    ctx.grants.lock().unwrap_or_else(|e| e.into_inner()).remove(&crate::key(provider));
 }
 
 /// The session scope of a Provider: a Provider recreated under the same name starts afresh.
@@ -160,22 +173,22 @@ pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result
         .get_opt(class_name)
         .await
         .map(|o| o.filter(|o| ctx.options.installation.owns(&o.metadata)))
-        .map_err(|e| crate::status::reasons::api_failure(&e))?;
+        .map_err(|e| api_failure(&e))?;
     backend_of_class(ctx, provider, class.as_ref(), object).await
 }
 
 /// [`backend`] with the Provider's class at hand (from a cache; `None`: there is no such class).
 pub async fn backend_of_class(ctx: &Context, provider: &Provider, class: Option<&banlieue_api::ProviderClass>, object: &str) -> Result<Backend, Failure> {
     let class_name = provider.spec.provider_class_ref.name.clone();
-    let class = class.ok_or_else(|| (Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found"), true))?;
+    let class = class.ok_or_else(|| Failure::transient(Reason::ProviderClassNotFound, format!("ProviderClass {class_name:?} not found")))?;
     let driver = ctx
         .components
         .driver(class)
         .await
-        .map_err(|e| (Reason::DriverNotReady, format!("ProviderClass {class_name:?}: {e}"), e.is_retryable()))?;
+        .map_err(|e| Failure { reason: Reason::DriverNotReady, message: format!("ProviderClass {class_name:?}: {e}"), retry: e.retry() })?;
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
         .await
-        .map_err(|e| (Reason::of_grant(&e), e.to_string(), true))?;
+        .map_err(Failure::from)?;
     let throttle = ctx.throttles.of(&crate::key(provider), provider.spec.limits.as_ref());
     Ok(Backend { class: class_name, image_format: class.spec.image_format, driver, config, grants, throttle })
 }

@@ -7,9 +7,7 @@
 //! token for the Kubernetes method, or a token in a Secret — or, without it, from the
 //! process (`--vault-addr`, `VAULT_TOKEN`).
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 
 use banlieue_api::provider::CredentialsRef;
 use banlieue_api::Provider;
@@ -24,11 +22,6 @@ use crate::Context;
 /// Where a pod's service-account token is mounted (the Kubernetes auth method's JWT).
 pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
-/// Logged-in clients by server and login, each with the version of the credentials it
-/// logs in with: new credentials (a changed Secret, a rotated service-account token)
-/// replace the client, and with it any login Vault refused.
-#[derive(Default)]
-pub(crate) struct Clients(Mutex<HashMap<String, (String, VaultClient)>>);
 
 /// The KV v2 source of `provider`'s credentials.
 pub async fn source(ctx: &Context, provider: &Provider, creds: &CredentialsRef) -> Result<VaultKv2, GrantError> {
@@ -84,7 +77,7 @@ async fn client(ctx: &Context, provider: &Provider, creds: &CredentialsRef) -> R
     };
     let ca_pem = conn.and_then(|c| c.ca_bundle.clone()).unwrap_or_default().into_bytes();
     let key = format!("{address} {login}");
-    let mut clients = ctx.vault.0.lock().unwrap_or_else(|e| e.into_inner());
+    let mut clients = ctx.vault.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, c)) = clients.get(&key).filter(|(v, _)| *v == version) {
         return Ok(c.clone());
     }
