@@ -26,10 +26,7 @@ pub fn path_with_workspace_binaries() -> String {
     format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default())
 }
 
-/// The directory of built guest components (`guests/build.sh` writes it).
-pub fn guests_dist() -> PathBuf {
-    repo_root().join("guests/dist")
-}
+pub use banlieue_test_backends::guests_dist;
 
 /// A running set of roles; dropped or [`kill`](Self::kill)ed like a killed process.
 pub struct ControlPlane {

@@ -1,10 +1,6 @@
 //! The `banlieue` command as a user runs it: crdgen --check, and the component
 //! tools end to end against a real registry (keygen, push, sign, verify, inspect).
 
-#[path = "../../oci/tests/support.rs"]
-#[allow(dead_code)]
-mod registry;
-
 use std::process::Command;
 
 fn banlieue(args: &[&str], dir: &std::path::Path) -> (bool, String) {
@@ -18,7 +14,7 @@ fn banlieue(args: &[&str], dir: &std::path::Path) -> (bool, String) {
 }
 
 fn repo() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    banlieue_test_backends::repo_root()
 }
 
 #[test]
@@ -29,18 +25,20 @@ fn crdgen_check_passes_on_the_committed_crds() {
 
 #[test]
 fn component_keygen_push_sign_verify_inspect() {
-    let reg = registry::TestRegistry::start();
+    // The registry runs as its own process; the runtime only waits for it to answer.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let reg = runtime.block_on(banlieue_test_backends::registry::Registry::start()).unwrap_or_else(|e| panic!("{e:#}"));
     let dir = tempfile::tempdir().unwrap();
-    let spread = repo().join("guests/dist/placement-spread.wasm");
+    let spread = banlieue_test_backends::guests_dist().join("placement-spread.wasm");
     let spread = spread.to_str().unwrap();
     let r = format!("oci://{}/banlieue/spread:v1", reg.host);
 
     let (ok, out) = banlieue(&["component", "inspect", spread], dir.path());
     assert!(ok && out.contains("world:    placement (contract 0.2.0)") && out.contains("banlieue:placement/policy@0.2.0"), "{out}");
     // A policy built for 0.1.0 is still accepted (the host adapts it).
-    let (ok, out) = banlieue(&["component", "inspect", repo().join("guests/dist/placement-legacy.wasm").to_str().unwrap()], dir.path());
+    let (ok, out) = banlieue(&["component", "inspect", banlieue_test_backends::guests_dist().join("placement-legacy.wasm").to_str().unwrap()], dir.path());
     assert!(ok && out.contains("world:    placement (contract 0.1.0)") && out.contains("banlieue:placement/policy@0.1.0"), "{out}");
-    let (ok, out) = banlieue(&["component", "inspect", repo().join("guests/dist/hostile-fs.wasm").to_str().unwrap()], dir.path());
+    let (ok, out) = banlieue(&["component", "inspect", banlieue_test_backends::guests_dist().join("hostile-fs.wasm").to_str().unwrap()], dir.path());
     assert!(!ok && out.contains("wasi:filesystem"), "refused with the import named: {out}");
 
     assert!(banlieue(&["component", "keygen"], dir.path()).0);
@@ -56,6 +54,6 @@ fn component_keygen_push_sign_verify_inspect() {
     let (ok, out) = banlieue(&["component", "inspect", &r], dir.path());
     assert!(ok && out.contains("placement"), "{out}");
     // Publishing something banlieue would refuse is refused.
-    let (ok, out) = banlieue(&["component", "push", repo().join("guests/dist/hostile-fs.wasm").to_str().unwrap(), &r], dir.path());
+    let (ok, out) = banlieue(&["component", "push", banlieue_test_backends::guests_dist().join("hostile-fs.wasm").to_str().unwrap(), &r], dir.path());
     assert!(!ok && out.contains("not a usable banlieue component"), "{out}");
 }

@@ -1,10 +1,18 @@
 //! Push, sign, verify and pull against a real registry (Debian `docker-registry` 2.8),
 //! and what must be refused: unsigned, wrong key, tampered bytes, moved tags, copied signatures.
 
-mod support;
-
 use banlieue_oci::{Auth, Error, Policy, Reference, Verified};
-use support::TestRegistry;
+use banlieue_test_backends::registry::Registry as TestRegistry;
+
+/// A test that needs a tool it cannot find fails, saying how to install it.
+fn missing(what: &str) -> ! {
+    panic!("{what}; scripts/install-deps.sh installs what the tests need")
+}
+
+/// A registry of this test's own (Debian's `docker-registry`, on a free loopback port).
+async fn start_registry() -> TestRegistry {
+    TestRegistry::start().await.unwrap_or_else(|e| panic!("{e:#}"))
+}
 
 const PASSWORD: &[u8] = b"correct horse";
 
@@ -62,7 +70,7 @@ async fn push_and_sign(r: &Reference, wasm: Vec<u8>, keys: &Keys) -> String {
 
 #[tokio::test]
 async fn push_sign_verify_pull_round_trip() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:v1");
     let wasm = component("libvirt v1");
@@ -125,7 +133,7 @@ async fn push_sign_verify_pull_round_trip() {
 
 #[tokio::test]
 async fn unsigned_is_refused_unless_explicitly_allowed() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let r = reference(&registry, "team/placement-spread:v1");
     let digest = banlieue_oci::push(&r, component("spread"), &Auth::Anonymous)
@@ -146,7 +154,7 @@ async fn unsigned_is_refused_unless_explicitly_allowed() {
 
 #[tokio::test]
 async fn wrong_key_is_refused() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let (signer, stranger) = (keys(), keys());
     let r = reference(&registry, "team/provider-vsphere:v1");
     push_and_sign(&r, component("vsphere"), &signer).await;
@@ -168,7 +176,7 @@ async fn wrong_key_is_refused() {
 
 #[tokio::test]
 async fn tampered_layer_is_refused() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let r = reference(&registry, "team/provider-proxmox:v1");
     push_and_sign(&r, component("proxmox"), &keys).await;
@@ -192,7 +200,7 @@ async fn tampered_layer_is_refused() {
 
 #[tokio::test]
 async fn tampered_manifest_is_refused() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:v1");
     let digest = push_and_sign(&r, component("libvirt"), &keys).await;
@@ -218,7 +226,7 @@ async fn tampered_manifest_is_refused() {
 
 #[tokio::test]
 async fn moved_tag_needs_its_own_signature() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let r = reference(&registry, "team/provider-libvirt:stable");
     let signed = push_and_sign(&r, component("v1"), &keys).await;
@@ -250,7 +258,7 @@ async fn moved_tag_needs_its_own_signature() {
 
 #[tokio::test]
 async fn signature_copied_to_another_digest_or_repository_is_refused() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let keys = keys();
     let a = reference(&registry, "team/provider:a");
     let signed = push_and_sign(&a, component("good"), &keys).await;
@@ -303,7 +311,7 @@ async fn signature_copied_to_another_digest_or_repository_is_refused() {
 
 #[tokio::test]
 async fn missing_artifacts_are_not_found() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let r = reference(&registry, "team/nothing:v1");
     assert!(matches!(
         banlieue_oci::pull(&r, &Auth::Anonymous).await,
@@ -321,16 +329,16 @@ async fn missing_artifacts_are_not_found() {
 
 #[tokio::test]
 async fn component_pushed_by_oras_python_pulls() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let python = std::env::var("BANLIEUE_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_oras = std::process::Command::new(&python)
         .args(["-c", "import oras.provider"])
         .output();
     if !has_oras.is_ok_and(|o| o.status.success()) {
-        support::missing(&format!("{python} cannot import oras (pip install oras)"));
+        missing(&format!("{python} cannot import oras (pip install oras)"));
     }
     let wasm = component("pushed by oras");
-    let path = registry.temp_dir().join("upload").join("component.wasm");
+    let path = registry.dir().join("upload").join("component.wasm");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, &wasm).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oras_push.py");
@@ -367,20 +375,20 @@ async fn component_pushed_by_oras_python_pulls() {
 
 #[tokio::test]
 async fn signature_verifies_with_an_independent_python_checker() {
-    let registry = TestRegistry::start();
+    let registry = start_registry().await;
     let python = std::env::var("BANLIEUE_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_crypto = std::process::Command::new(&python)
         .args(["-c", "import cryptography"])
         .output();
     if !has_crypto.is_ok_and(|o| o.status.success()) {
-        support::missing(&format!(
+        missing(&format!(
             "{python} cannot import cryptography (pip install cryptography)"
         ));
     }
     let signer = keys();
     let r = reference(&registry, "team/checked:v1");
     let digest = push_and_sign(&r, component("checked"), &signer).await;
-    let key_file = registry.temp_dir().join("cosign.pub");
+    let key_file = registry.dir().join("cosign.pub");
     std::fs::write(&key_file, &signer.public).unwrap();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -401,7 +409,7 @@ async fn signature_verifies_with_an_independent_python_checker() {
         String::from_utf8_lossy(&out.stderr)
     );
     // And the checker itself refuses another key.
-    let other = registry.temp_dir().join("other.pub");
+    let other = registry.dir().join("other.pub");
     std::fs::write(&other, keys().public).unwrap();
     assert!(!check(&other).status.success());
 }

@@ -21,9 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[path = "../tests/sdk_tables/mod.rs"]
 mod sdk_tables;
 
-fn guest(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/../../guests/dist/{name}.wasm", env!("CARGO_MANIFEST_DIR"))).expect("run guests/build.sh first")
-}
+use banlieue_test_backends::guest_component as guest;
 
 /// `BENCH_ONLY=instance,load,choose,io` runs only those sections (all by default).
 fn want(section: &str) -> bool {

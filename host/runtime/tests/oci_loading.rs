@@ -2,9 +2,6 @@
 //! verification, load, call. Unsigned and wrongly signed artifacts never run.
 
 mod common;
-#[path = "../../oci/tests/support.rs"]
-#[allow(dead_code)]
-mod registry;
 
 use banlieue_oci::Auth;
 use banlieue_runtime::source::{fetch, LocalDirs, Source, SourceError, Trust};
@@ -12,7 +9,7 @@ use banlieue_runtime::{Limits, Runtime, RuntimeConfig};
 
 #[tokio::test]
 async fn signed_artifacts_load_and_unsigned_ones_are_refused() {
-    let reg = registry::TestRegistry::start();
+    let reg = banlieue_test_backends::registry::Registry::start().await.unwrap_or_else(|e| panic!("{e:#}"));
     let wasm = common::guest("placement-spread");
     let r: banlieue_oci::Reference = format!("oci://{}/banlieue/spread:v1", reg.host).parse().unwrap();
     let digest = banlieue_oci::push(&r, wasm.clone(), &Auth::Anonymous).await.unwrap();

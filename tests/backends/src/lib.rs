@@ -23,6 +23,23 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The repository's root (this crate is `tests/backends`).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where `guests/build.sh` puts the built components (the `builtin:` directory of tests).
+pub fn guests_dist() -> std::path::PathBuf {
+    repo_root().join("guests/dist")
+}
+
+/// The bytes of the built component `name` (`guests/dist/<name>.wasm`). A test without it
+/// fails, saying how to build it.
+pub fn guest_component(name: &str) -> Vec<u8> {
+    let path = guests_dist().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; build the guests first with guests/build.sh (make test does)", path.display()))
+}
+
 /// A TCP port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")

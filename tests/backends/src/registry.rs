@@ -28,19 +28,21 @@ impl Registry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\n",
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n",
                 dir.path().join("storage").display()
             ),
         )?;
         let log = std::fs::File::create(dir.path().join("registry.log"))?;
-        let child = Command::new("docker-registry")
+        // `BANLIEUE_DOCKER_REGISTRY` names another build of the same server.
+        let binary = std::env::var("BANLIEUE_DOCKER_REGISTRY").unwrap_or_else(|_| "docker-registry".into());
+        let child = Command::new(&binary)
             .arg("serve")
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .context("starting docker-registry (apt-get install -y docker-registry)")?;
+            .with_context(|| format!("starting {binary} (apt-get install -y docker-registry; scripts/install-deps.sh installs what the tests need)"))?;
         let mut child = ChildGuard(child);
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -118,5 +120,17 @@ impl Registry {
     /// A directory that lives as long as the registry.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
+    }
+
+    /// What the registry logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Where the registry keeps the bytes of `digest` (distribution's filesystem layout),
+    /// for tests that tamper with them.
+    pub fn blob_file(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.dir.path().join("storage/docker/registry/v2/blobs/sha256").join(&hex[..2.min(hex.len())]).join(hex).join("data")
     }
 }
