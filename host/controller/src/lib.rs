@@ -17,6 +17,8 @@
 pub mod context;
 pub mod controllers;
 pub mod failure;
+#[cfg(test)]
+mod fixtures;
 pub mod framework;
 pub mod ops;
 pub mod placement;

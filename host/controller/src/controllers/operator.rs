@@ -25,7 +25,7 @@ use crate::framework::reconciler::{cached, Frame, Outcome};
 use crate::{Context, Error, FIELD_MANAGER};
 
 /// One frame per kind the operator reconciles.
-struct Frames {
+struct Shared {
     ctx: Arc<Context>,
     classes: Frame<ProviderClass>,
     policies: Frame<PlacementPolicy>,
@@ -37,7 +37,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let classes = Controller::for_stream(changes, store).trigger_backoff(crate::framework::reconciler::PerWatch);
     let (store, changes) = cached(Api::<PlacementPolicy>::all(ctx.client.clone()), ctx.scope());
     let policies = Controller::for_stream(changes, store).trigger_backoff(crate::framework::reconciler::PerWatch);
-    let frames = Arc::new(Frames {
+    let frames = Arc::new(Shared {
         ctx: ctx.clone(),
         classes: Frame::new(ctx.clone(), "providerclass", classes.store(), ()),
         policies: Frame::new(ctx.clone(), "placementpolicy", policies.store(), ()),
@@ -131,7 +131,7 @@ fn report<T>(
             match &crds {
                 Ok(()) => conditions::set(&mut status.conditions, READY, true, Reason::Loaded, format!("contract {} compiled and ready", l.contract_version), generation),
                 Err(e) => conditions::set(&mut status.conditions, READY, false, Reason::CRDInstallFailed, e.clone(), generation),
-            }
+            };
             Ok(())
         }
         Err(e) => {

@@ -34,7 +34,7 @@ use crate::{Context, Error};
 pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(5);
 
 /// What the Provider reconciler keeps between reconciles.
-struct Probes {
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<Provider>,
     providers: Store<Provider>,
@@ -45,7 +45,7 @@ struct Probes {
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (store, changes) = crate::framework::reconciler::cached(ctx.watched::<Provider>(), ctx.scope());
     let controller = Controller::for_stream(changes, store.clone()).trigger_backoff(crate::framework::reconciler::PerWatch);
-    let probes = Arc::new(Probes {
+    let probes = Arc::new(Shared {
         ctx: ctx.clone(),
         frame: Frame::new(ctx.clone(), "provider", store.clone(), ()).sharded_by(crate::key),
         providers: store.clone(),
@@ -70,14 +70,14 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     Ok(())
 }
 
-async fn reconcile(provider: Arc<Provider>, probes: Arc<Probes>) -> Result<Action, Error> {
+async fn reconcile(provider: Arc<Provider>, probes: Arc<Shared>) -> Result<Action, Error> {
     probes.frame.reconcile(&provider, reconcile_inner(&provider, &probes)).await
 }
 
 use crate::failure::Failure;
 use crate::status::reasons::Reason;
 
-async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome, Error> {
+async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome, Error> {
     let ctx = &*probes.ctx;
     // A deleted Provider is not probed: it waits, kept by its finalizer, until no Machine
     // needs it to tear down its backend VM (see `in_use`).
@@ -132,9 +132,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
             Outcome::Requeue(ctx.options.probe_interval)
         }
         Err(Failure { reason, message, retry: retryable }) => {
-            let was_ready = conditions::is_true(&status.conditions, READY);
-            conditions::set(&mut status.conditions, READY, false, reason, message.clone(), generation);
-            if was_ready || provider.status.is_none() {
+            if conditions::set(&mut status.conditions, READY, false, reason, message.clone(), generation) {
                 ctx.event(&provider.object_ref(&()), true, reason, "Probe", message).await;
             }
             match (reason == Reason::CredentialsRefused, retryable) {
@@ -149,7 +147,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Probes) -> Result<Outcome
     Ok(next)
 }
 
-impl Probes {
+impl Shared {
     fn refused(&self) -> std::sync::MutexGuard<'_, HashMap<String, Refused>> {
         self.refused.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -97,9 +97,7 @@ mod tests {
     const SUM: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
     fn provider() -> Provider {
-        let mut p = Provider::new("kvm", serde_json::from_value(serde_json::json!({"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "qemu:///system"}})).unwrap());
-        p.metadata.namespace = Some("infra".into());
-        p
+        crate::fixtures::provider("infra", "kvm", true, serde_json::json!([]))
     }
 
     fn image(import: Option<ImageImport>) -> VMImage {

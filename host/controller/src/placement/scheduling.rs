@@ -303,10 +303,7 @@ pub async fn decide(
     };
     let policy = policy.map_err(|e| Failure::until_changed(Reason::PlacementPolicyNotReady, format!("PlacementPolicy {policy_name:?}: {e}")))?;
     let request = request(&parameters);
-    let grants = banlieue_runtime::capability::Grants {
-        log: banlieue_runtime::capability::log::Attribution { component: policy_name.clone(), object },
-        ..Default::default()
-    };
+    let grants = crate::sandbox::grants::for_policy(&policy_name, object);
     let decision = ctx.call(&policy_name, "choose", policy.component.choose(&request, candidates, policy.limits, grants)).await.map_err(|e| {
         let failure = Failure::from(e).context(format!("placement policy {policy_name:?}"));
         // A policy that cannot decide leaves the VM with nowhere to go, whatever it said.
@@ -326,18 +323,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn provider(name: &str, ready: bool, domains: Value) -> Arc<Provider> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
-                "metadata": {"name": name, "namespace": "team", "labels": {"site": name}},
-                "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"},
-                         "capabilities": {"storageClasses": {"fast": "pool"}, "networkClasses": {"lan": "default"}}},
-                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "Probed", "message": "",
-                                           "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-                           "failureDomains": domains}
-            }))
-            .expect("provider"),
-        )
+        Arc::new(crate::fixtures::provider("team", name, ready, domains))
     }
 
     #[test]

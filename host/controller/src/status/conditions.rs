@@ -12,9 +12,15 @@ pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 pub const PROVISIONED: &str = "Provisioned";
 pub const VERIFIED: &str = "Verified";
 
-/// Set condition `type_` in `conditions`.
-pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: Reason, message: impl Into<String>, generation: Option<i64>) {
+/// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
+/// its status or reason changed, or it is said of a new generation of the object (the user
+/// changed something, and this is what came of it) — which is when a reconcile announces
+/// it as an Event. A message alone changing (a count, an address, a backend's wording) is
+/// not news: every later reconcile saying the same thing announces nothing.
+pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: Reason, message: impl Into<String>, generation: Option<i64>) -> bool {
+    let before = get(conditions, type_).map(|c| (c.status == "True", c.reason.clone(), c.observed_generation));
     put(conditions, type_, status, reason.as_str(), message, generation);
+    before.is_none_or(|(was, why, of)| was != status || why != reason.as_str() || of != generation)
 }
 
 /// Set condition `type_` with a reason someone else gave: a driver component's own
@@ -85,4 +91,23 @@ pub fn same(a: &[Condition], b: &[Condition]) -> bool {
                 x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message && x.observed_generation == y.observed_generation
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_condition_or_a_changed_status_or_reason_is_news_a_new_message_alone_is_not() {
+        let mut conditions = Vec::new();
+        assert!(set(&mut conditions, READY, false, Reason::BackendUnavailable, "down", None), "new");
+        assert!(!set(&mut conditions, READY, false, Reason::BackendUnavailable, "still down (3 tries)", None), "same status and reason");
+        assert_eq!(get(&conditions, READY).map(|c| c.message.as_str()), Some("still down (3 tries)"), "the message is still written");
+        assert!(set(&mut conditions, READY, false, Reason::CredentialsRefused, "refused", None), "another reason");
+        assert!(set(&mut conditions, READY, false, Reason::CredentialsRefused, "refused", Some(2)), "of a new generation");
+        assert!(!set(&mut conditions, READY, false, Reason::CredentialsRefused, "refused", Some(2)), "the same again");
+        let since = get(&conditions, READY).map(|c| c.last_transition_time.clone());
+        assert!(set(&mut conditions, READY, true, Reason::CredentialsRefused, "ok", None), "another status");
+        assert_ne!(get(&conditions, READY).map(|c| c.last_transition_time.clone()), since, "a transition moves lastTransitionTime");
+    }
 }

@@ -47,7 +47,8 @@ pub const PROVIDER_ATTRIBUTE: &str = PROVIDER_LABEL;
 pub const BACKEND_DOMAIN_ATTRIBUTE: &str = FAILURE_DOMAIN_LABEL;
 pub const PROVIDER_CLASS_ATTRIBUTE: &str = "banlieue.io/provider-class";
 
-struct Kind {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<DynamicObject>,
     resource: ApiResource,
@@ -57,7 +58,7 @@ struct Kind {
 pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let resource = crate::framework::infra_kinds::cluster_resource(&prefix);
     let (controller, store, frame) = dynamic_controller(&ctx, "infracluster", &resource, None);
-    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let kind = Arc::new(Shared { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (in_namespace, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
@@ -89,11 +90,11 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
         .await;
 }
 
-async fn reconcile(c: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+async fn reconcile(c: Arc<DynamicObject>, kind: Arc<Shared>) -> Result<Action, Error> {
     kind.frame.reconcile(&c, reconcile_inner(&c, &kind)).await
 }
 
-async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
+async fn reconcile_inner(c: &DynamicObject, kind: &Shared) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
     if c.labels().contains_key(MANAGED_BY) || c.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::AwaitChange);
@@ -130,9 +131,7 @@ async fn reconcile_inner(c: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
     if let Some((ready, reason, message)) = ready {
         // v1beta1 readers learn of a terminal failure only from these fields.
         st.deprecated = (reason == Reason::InvalidSpec).then(|| contract::v1beta1_failure(message.clone()));
-        let was = conditions::get(&old.conditions, READY).map(|c| (c.status == "True", c.reason.clone()));
-        conditions::set(&mut st.conditions, READY, ready, reason, message.clone(), generation);
-        if was != Some((ready, reason.as_str().to_string())) {
+        if conditions::set(&mut st.conditions, READY, ready, reason, message.clone(), generation) {
             ctx.event(&c.object_ref(&kind.resource), !ready, reason, "Reconcile", message).await;
         }
     }

@@ -49,7 +49,8 @@ const WAITING: [Reason; 4] = [Reason::WaitingForOwner, Reason::WaitingForBootstr
 pub const BOOTSTRAP_VALUE_KEY: &str = "value";
 pub const BOOTSTRAP_FORMAT_KEY: &str = "format";
 
-struct Kind {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<DynamicObject>,
     resource: ApiResource,
@@ -61,7 +62,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
     // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
     // of them, are neither cached nor reconciled here).
     let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(contract::CLUSTER_NAME_LABEL));
-    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let kind = Arc::new(Shared { ctx: ctx.clone(), frame, resource: resource.clone() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
@@ -88,7 +89,7 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
         .await;
 }
 
-async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Shared>) -> Result<Action, Error> {
     kind.frame.reconcile(&m, reconcile_inner(&m, &kind)).await
 }
 
@@ -96,7 +97,7 @@ fn spec(m: &DynamicObject) -> Result<InfraMachineSpec, serde_json::Error> {
     serde_json::from_value(m.data.get("spec").cloned().unwrap_or_default())
 }
 
-async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
+async fn reconcile_inner(m: &DynamicObject, kind: &Shared) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
     // Bound machines (VM-made ones always are) are the provider role's; a machine
     // being deleted before it was bound has nothing on a backend.
@@ -129,8 +130,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
             return Ok(Outcome::AwaitChange);
         }
         Err(Failure { reason, message, retry }) => {
-            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
-            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
+            let changed = conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             // A terminal failure, for v1beta1 readers too (cleared once the machine is Ready).
             if !retry && !WAITING.contains(&reason) {
                 st.deprecated = Some(contract::v1beta1_failure(format!("{reason}: {message}")));
@@ -272,6 +272,17 @@ async fn cluster_failure_domains(ctx: &Context, ns: &str, cluster: Option<&Dynam
     Ok(st.failure_domains)
 }
 
+/// The cluster's failure domain that is `failure_domain` of Provider `provider`
+/// (`namespace/name`), if the cluster has it — and, for a control-plane machine, only one
+/// the cluster allows control planes in.
+fn cluster_domain<'a>(domains: &'a [ClusterFailureDomain], ns: &str, provider: &str, failure_domain: &str, control_plane: bool) -> Option<&'a ClusterFailureDomain> {
+    domains.iter().find(|d| {
+        format!("{ns}/{}", d.attributes.get(PROVIDER_ATTRIBUTE).map(String::as_str).unwrap_or_default()) == provider
+            && d.attributes.get(BACKEND_DOMAIN_ATTRIBUTE).map(String::as_str) == Some(failure_domain)
+            && (!control_plane || d.control_plane == Some(true))
+    })
+}
+
 /// Let the placement policy (the class's, else spread) choose among the cluster's
 /// failure domains, counting the cluster's machines already placed.
 async fn place(
@@ -313,14 +324,7 @@ async fn place(
         .collect();
     let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
     let found = scheduling::candidates(&me, class, &image_classes, providers, &placed, true).map_err(|e| Failure::until_changed(Reason::InvalidPlacement, e))?;
-    // Only the cluster's domains; control planes only where the cluster allows them.
-    let allowed = |provider: &str, failure_domain: &str| {
-        domains.iter().find(|d| {
-            format!("{ns}/{}", d.attributes.get(PROVIDER_ATTRIBUTE).map(String::as_str).unwrap_or_default()) == provider
-                && d.attributes.get(BACKEND_DOMAIN_ATTRIBUTE).map(String::as_str) == Some(failure_domain)
-                && (!control_plane || d.control_plane == Some(true))
-        })
-    };
+    let allowed = |provider: &str, failure_domain: &str| cluster_domain(domains, &ns, provider, failure_domain, control_plane);
     let mut candidates = found.candidates;
     candidates.retain(|c| allowed(c.provider(), c.failure_domain()).is_some());
     let candidates = scheduling::prefer_imported(candidates, image);
@@ -336,4 +340,29 @@ async fn place(
     let decision = scheduling::decide(ctx, class.spec.placement_policy_ref.as_ref(), request, &candidates, crate::key(m)).await?;
     let domain = allowed(&decision.candidate.provider, &decision.candidate.failure_domain).cloned().ok_or_else(|| Failure::transient(Reason::Internal, "the placement decision is not a cluster domain".to_string()))?;
     Ok((domain, format!("by {}: {}", decision.policy, decision.why)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain(name: &str, provider: &str, backend_domain: &str, control_plane: bool) -> ClusterFailureDomain {
+        serde_json::from_value(serde_json::json!({
+            "name": name, "controlPlane": control_plane,
+            "attributes": {PROVIDER_ATTRIBUTE: provider, BACKEND_DOMAIN_ATTRIBUTE: backend_domain}
+        }))
+        .expect("failure domain")
+    }
+
+    #[test]
+    fn a_machine_goes_only_to_the_clusters_domains_and_a_control_plane_only_where_allowed() {
+        let domains = [domain("kvm-a-rack1", "kvm-a", "rack1", true), domain("kvm-b-rack2", "kvm-b", "rack2", false)];
+        let name = |d: Option<&ClusterFailureDomain>| d.map(|d| d.name.clone());
+        assert_eq!(name(cluster_domain(&domains, "team", "team/kvm-a", "rack1", false)), Some("kvm-a-rack1".into()));
+        assert_eq!(name(cluster_domain(&domains, "team", "team/kvm-b", "rack2", false)), Some("kvm-b-rack2".into()));
+        assert_eq!(name(cluster_domain(&domains, "team", "team/kvm-b", "rack2", true)), None, "no control planes there");
+        assert_eq!(name(cluster_domain(&domains, "team", "team/kvm-a", "rack2", false)), None, "a domain of another Provider");
+        assert_eq!(name(cluster_domain(&domains, "team", "other/kvm-a", "rack1", false)), None, "a Provider of another namespace");
+        assert_eq!(name(cluster_domain(&domains, "team", "team/kvm-c", "rack1", false)), None, "a Provider the cluster does not select");
+    }
 }

@@ -15,24 +15,23 @@
 //! alone. Retryable driver errors back off; terminal ones become a condition (and, for
 //! CAPI's v1beta1 readers, `status.deprecated.v1beta1.failureReason`) and wait for a change.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::common::{AddressType, Initialization, MachineAddress, MachinePhase, PowerOffMode, PowerState};
+use banlieue_api::common::MachinePhase;
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
 use banlieue_api::{Provider, ProviderClass};
-use banlieue_runtime::provider::{self as wit, Machine, MachineRef, MachineStatus};
-use banlieue_runtime::{CallError, GuestError};
+use banlieue_runtime::provider::MachineRef;
+use banlieue_runtime::CallError;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::status;
-use crate::status::conditions::{self, PROVISIONED, READY};
+use crate::status::conditions::{self, READY};
 use crate::failure::Failure;
 use crate::status::reasons::Reason;
 use crate::framework::reconciler::{cached, dynamic_controller, CachesReady, Frame, Outcome};
@@ -41,13 +40,18 @@ use crate::framework::infra_kinds;
 use crate::status::finalizer;
 use crate::{Context, Error};
 
+mod convert;
+mod delete;
+mod realise;
+
 pub use crate::framework::infra_kinds::MACHINE_FINALIZER as FINALIZER;
 /// How often a settled machine is described again, to notice drift.
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// The first look again at a machine still on its way (powering on, waiting for an address).
 pub const SETTLING_MIN: Duration = Duration::from_secs(2);
 
-struct Kind {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<DynamicObject>,
     resource: ApiResource,
@@ -72,7 +76,7 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()), ctx.scope());
     let provider_changes = provider_changes.filter(wakes_machines(providers.clone()));
-    let kind = Arc::new(Kind { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
+    let kind = Arc::new(Shared { ctx: ctx.clone(), frame, resource: resource.clone(), providers, provider_classes, caches_ready: CachesReady::default() });
     let (by_cluster, r2) = (store.clone(), resource.clone());
     // The Provider reconciler counts a deleted Provider's Machines here (`in_use`).
     crate::controllers::in_use::add_cache(&ctx, store.clone());
@@ -147,7 +151,7 @@ fn status(m: &DynamicObject) -> InfraMachineStatus {
     m.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default()
 }
 
-async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Error> {
+async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Shared>) -> Result<Action, Error> {
     kind.caches_ready
         .wait(|| async {
             let not_ready = |_| Error::CacheStopped("machine reconciler");
@@ -160,7 +164,7 @@ async fn reconcile(m: Arc<DynamicObject>, kind: Arc<Kind>) -> Result<Action, Err
 
 use crate::sandbox::grants::Backend;
 
-async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Error> {
+async fn reconcile_inner(m: &DynamicObject, kind: &Shared) -> Result<Outcome, Error> {
     let ctx = &kind.ctx;
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &m.namespace().unwrap_or_default(), &kind.resource);
     let spec = match spec(m) {
@@ -202,7 +206,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
         return Ok(Outcome::Requeue(crate::framework::throttle::recheck_after()));
     };
     if m.metadata.deletion_timestamp.is_some() {
-        return delete(m, &spec, kind, &api).await;
+        return delete::delete(m, &spec, kind, &api).await;
     }
     if !finalizer::has(m, FINALIZER) {
         // Machines a VM makes come with it; those CAPI makes from templates get it here,
@@ -213,7 +217,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
     let mut generation = m.metadata.generation;
     let outcome = async {
         let backend = backend(kind, m, &spec).await?;
-        realise(ctx, m, &kind.resource, &spec, &mut st, &backend).await
+        realise::realise(ctx, m, &kind.resource, &spec, &mut st, &backend).await
     }
     .await;
     let next = match outcome {
@@ -226,13 +230,12 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Kind) -> Result<Outcome, Erro
                 let patched = api.patch(&m.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
                 generation = patched.metadata.generation;
             }
-            apply_observed(&mut st, &spec, &observed, generation);
+            realise::apply_observed(&mut st, &spec, &observed, generation);
             write_status(&api, m, st.clone()).await?;
             return Ok(Outcome::Requeue(next_look(&st)));
         }
         Err(Failure { reason, message, retry: retryable }) => {
-            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason || c.status != "False");
-            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
+            let changed = conditions::set(&mut st.conditions, READY, false, reason, message.clone(), generation);
             st.observed_generation = generation;
             if !retryable {
                 // v1beta1 readers learn of a terminal failure only from these fields.
@@ -263,7 +266,7 @@ fn next_look(st: &InfraMachineStatus) -> Duration {
     (since / 10).clamp(SETTLING_MIN, RESYNC)
 }
 
-async fn backend(kind: &Kind, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
+async fn backend(kind: &Shared, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Backend, Failure> {
     let ns = m.namespace().unwrap_or_default();
     let Some(provider_ref) = &spec.provider_ref else {
         // Unbound machines never get here (see `reconcile_inner`).
@@ -316,230 +319,9 @@ fn after_failure(reason: Reason, retryable: bool) -> Outcome {
     }
 }
 
-/// Bring the backend VM to the spec: create (idempotent), then power and restart.
-async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {
-    let r = machine_ref(m, spec);
-    let (limits, grants) = (b.driver.limits, b.grants.clone());
-    // A machine this process just created counts as provisioned even when the cached
-    // object predates the status write: a second `create` would be harmless, only wasted.
-    let provisioned = (st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some())
-        || ctx.created.lock().unwrap_or_else(|e| e.into_inner()).contains(&r.uid);
-    let described = if provisioned {
-        match ctx.call(&b.class, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
-            Ok(s) => Some(s),
-            // The backend VM vanished behind our back: make it again (same UID, same name).
-            Err(CallError::Guest(GuestError::NotFound(_))) => None,
-            Err(e) => return Err(Failure::from(e)),
-        }
-    } else {
-        None
-    };
-    let mut observed = match described {
-        Some(s) => s,
-        None => {
-            let machine = wit_machine(ctx, m, spec).await?;
-            let _op = operation(b)?;
-            let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
-            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
-            // A machine just made needs no restart for a request older than itself.
-            st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
-            created
-        }
-    };
-    let want = wit_power(spec.vm.power_state);
-    let off = power_off(spec);
-    let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
-    if restart && spec.vm.power_state == PowerState::PoweredOn {
-        let _op = operation(b)?;
-        call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
-        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
-        ctx.event(&m.object_ref(resource), false, Reason::Restarted, "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
-    } else if observed.power_state != want {
-        let _op = operation(b)?;
-        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
-    }
-    if restart {
-        st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
-    }
-    Ok(observed)
-}
-
-fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed: &MachineStatus, generation: Option<i64>) {
-    st.initialization = Some(Initialization { provisioned: Some(observed.provisioned) });
-    st.ready = Some(observed.provisioned);
-    st.deprecated = None;
-    st.addresses = observed.addresses.iter().map(address).collect();
-    st.failure_domain = spec.failure_domain.clone();
-    let power = api_power(observed.power_state);
-    st.power_state = Some(power);
-    let phase = api_phase(observed.phase);
-    st.phase = Some(phase);
-    st.observed_generation = generation;
-    for c in &observed.conditions {
-        if c.type_ != READY && c.type_ != PROVISIONED {
-            conditions::set_reported(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
-        }
-    }
-    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
-    let ready = observed.provisioned && power == spec.vm.power_state;
-    let (reason, message) = if ready {
-        (Reason::of_power(power), format!("{} is {power:?}", observed.provider_id))
-    } else if !observed.provisioned {
-        (Reason::of_phase(phase), format!("the backend is still creating the machine ({phase:?})"))
-    } else if matches!(phase, MachinePhase::PoweringOn | MachinePhase::ShuttingDown) {
-        (Reason::of_phase(phase), format!("backend reports {power:?} and {phase:?}, spec asks for {:?}", spec.vm.power_state))
-    } else {
-        (Reason::PowerStateMismatch, format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
-    };
-    conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
-}
-
 async fn write_status(api: &Api<DynamicObject>, m: &DynamicObject, st: InfraMachineStatus) -> Result<(), Error> {
     status::write(api, &m.name_any(), Some(&status(m)), &st).await?;
     Ok(())
-}
-
-/// Teardown behind the finalizer: the backend VM goes first, then the finalizer.
-async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Kind, api: &Api<DynamicObject>) -> Result<Outcome, Error> {
-    let ctx = &kind.ctx;
-    if !finalizer::has(m, FINALIZER) {
-        return Ok(Outcome::AwaitChange);
-    }
-    let outcome = async {
-        let b = backend(kind, m, spec).await?;
-        let r = machine_ref(m, spec);
-        let _op = operation(&b)?;
-        match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
-            Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
-            Err(e) => Err(Failure::from(e)),
-        }
-    }
-    .await;
-    match outcome {
-        Ok(()) => {
-            ctx.event(&m.object_ref(&kind.resource), false, Reason::Deleted, "Delete", "backend VM and its disks removed").await;
-            finalizer::remove(api, m, FINALIZER).await?;
-            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&backend_uid(m));
-            Ok(Outcome::AwaitChange)
-        }
-        Err(Failure { reason, message, .. }) => {
-            // The finalizer stays: without the backend's word the VM may still exist.
-            let mut st = status(m);
-            let message = format!("cannot delete the backend VM yet: {message}");
-            let changed = conditions::get(&st.conditions, READY).is_none_or(|c| reason != c.reason);
-            conditions::set(&mut st.conditions, READY, false, reason, message.clone(), m.metadata.generation);
-            if changed || reason != Reason::Queued {
-                ctx.event(&m.object_ref(&kind.resource), reason != Reason::Queued, reason, "Delete", message).await;
-            }
-            write_status(api, m, st).await?;
-            Ok(after_failure(reason, true))
-        }
-    }
-}
-
-/// The driver's view of the machine; user-data is read from its Secret here, by the host.
-async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Machine, Failure> {
-    let ns = m.namespace().unwrap_or_default();
-    let vm = &spec.vm;
-    let user_data = match &vm.user_data {
-        None => None,
-        Some(r) => {
-            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-            let secret = secrets
-                .get_opt(&r.name)
-                .await
-                .map_err(|e| crate::failure::api_failure(&e))?
-                .ok_or_else(|| Failure::transient(Reason::UserDataNotFound, format!("user-data Secret {:?} not found", r.name)))?;
-            let bytes = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(&r.key))
-                .map(|b| b.0.clone())
-                .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(&r.key)).map(|s| s.clone().into_bytes()))
-                .ok_or_else(|| Failure::transient(Reason::UserDataNotFound, format!("Secret {:?} has no key {:?}", r.name, r.key)))?;
-            Some(String::from_utf8(bytes).map_err(|_| Failure::until_changed(Reason::InvalidUserData, format!("Secret {:?} key {:?} is not UTF-8", r.name, r.key)))?)
-        }
-    };
-    let image = image_source(&vm.image).ok_or_else(|| Failure::until_changed(Reason::NoImageSource, "the machine's image has no template, backingFile or url"))?;
-    Ok(Machine {
-        uid: backend_uid(m),
-        name: m.name_any(),
-        namespace: ns,
-        cpus: vm.cpus,
-        memory_mib: vm.memory_mib,
-        firmware: match vm.firmware {
-            banlieue_api::class::Firmware::BIOS => wit::Firmware::Bios,
-            banlieue_api::class::Firmware::UEFI => wit::Firmware::Uefi,
-        },
-        disks: vm.disks.iter().map(|d| wit::Disk { name: d.name.clone(), size_gib: d.size_gib, target: d.target.clone() }).collect(),
-        nics: vm.nics.iter().map(|n| wit::Nic { name: n.name.clone(), network: n.network.clone() }).collect(),
-        image,
-        user_data,
-        failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
-        power_state: wit_power(vm.power_state),
-        labels: m.labels().clone().into_iter().collect(),
-    })
-}
-
-/// Keys of `spec.vm.image`, as the VM controller writes them from the VMImage source.
-fn image_source(image: &BTreeMap<String, String>) -> Option<wit::ImageSource> {
-    if let Some(t) = image.get("template") {
-        return Some(wit::ImageSource::Template(t.clone()));
-    }
-    if let Some(f) = image.get("backingFile") {
-        return Some(wit::ImageSource::BackingFile(f.clone()));
-    }
-    image.get("url").map(|u| wit::ImageSource::Url(wit::UrlSource { url: u.clone(), checksum: image.get("checksum").cloned() }))
-}
-
-fn wit_power(p: PowerState) -> wit::PowerState {
-    match p {
-        PowerState::PoweredOn => wit::PowerState::PoweredOn,
-        PowerState::PoweredOff => wit::PowerState::PoweredOff,
-        PowerState::Suspended => wit::PowerState::Suspended,
-    }
-}
-
-/// How the spec asks the machine to be powered off.
-fn power_off(spec: &InfraMachineSpec) -> wit::PowerOff {
-    let mode = match spec.vm.power_off_mode {
-        PowerOffMode::Hard => wit::PowerOffMode::Hard,
-        PowerOffMode::Soft => wit::PowerOffMode::Soft,
-        PowerOffMode::TrySoft => wit::PowerOffMode::TrySoft,
-    };
-    wit::PowerOff { mode, timeout_ms: spec.vm.power_off_timeout_seconds.saturating_mul(1000) }
-}
-
-fn api_phase(p: wit::MachinePhase) -> MachinePhase {
-    match p {
-        wit::MachinePhase::Provisioning => MachinePhase::Provisioning,
-        wit::MachinePhase::Cloning => MachinePhase::Cloning,
-        wit::MachinePhase::Configuring => MachinePhase::Configuring,
-        wit::MachinePhase::PoweringOn => MachinePhase::PoweringOn,
-        wit::MachinePhase::WaitingForAddress => MachinePhase::WaitingForAddress,
-        wit::MachinePhase::Running => MachinePhase::Running,
-        wit::MachinePhase::ShuttingDown => MachinePhase::ShuttingDown,
-        wit::MachinePhase::PoweredOff => MachinePhase::PoweredOff,
-    }
-}
-
-fn api_power(p: wit::PowerState) -> PowerState {
-    match p {
-        wit::PowerState::PoweredOn => PowerState::PoweredOn,
-        wit::PowerState::PoweredOff => PowerState::PoweredOff,
-        wit::PowerState::Suspended => PowerState::Suspended,
-    }
-}
-
-fn address(a: &wit::Address) -> MachineAddress {
-    let type_ = match a.type_ {
-        wit::AddressType::Hostname => AddressType::Hostname,
-        wit::AddressType::ExternalIp => AddressType::ExternalIP,
-        wit::AddressType::InternalIp => AddressType::InternalIP,
-        wit::AddressType::ExternalDns => AddressType::ExternalDNS,
-        wit::AddressType::InternalDns => AddressType::InternalDNS,
-    };
-    MachineAddress { type_, address: a.address.clone() }
 }
 
 #[cfg(test)]
@@ -567,15 +349,9 @@ mod tests {
     }
 
     fn provider(generation: i64, ready: bool, free_cpus: u32) -> Provider {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
-            "metadata": {"name": "p", "namespace": "team", "generation": generation},
-            "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": "test:///default"}},
-            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "Probed", "message": "",
-                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-                       "failureDomains": [{"name": "d", "capacity": {"cpus": free_cpus}}]}
-        }))
-        .expect("provider")
+        let mut p = crate::fixtures::provider("team", "p", ready, serde_json::json!([{"name": "d", "capacity": {"cpus": free_cpus}}]));
+        p.metadata.generation = Some(generation);
+        p
     }
 
     #[tokio::test]

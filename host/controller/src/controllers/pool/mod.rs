@@ -54,7 +54,8 @@ const SETTLING: Duration = Duration::from_secs(10);
 const TEMPLATE_FAILURES: [Reason; 5] =
     [Reason::ClassNotFound, Reason::ImageNotFound, Reason::UserDataNotFound, Reason::PlacementPolicyNotFound, Reason::NoImageSource];
 
-struct Pools {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<VirtualMachinePool>,
     vms: Store<VirtualMachine>,
@@ -76,7 +77,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     )
     .retried()
     .touched_objects();
-    let pools = Arc::new(Pools { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
+    let pools = Arc::new(Shared { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
     Controller::for_stream(pool_changes, store)
         .trigger_backoff(crate::framework::reconciler::PerWatch)
         // A member's change (Ready, deleted) is its pool's business.
@@ -97,7 +98,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     Ok(())
 }
 
-async fn reconcile(pool: Arc<VirtualMachinePool>, pools: Arc<Pools>) -> Result<Action, Error> {
+async fn reconcile(pool: Arc<VirtualMachinePool>, pools: Arc<Shared>) -> Result<Action, Error> {
     pools.vms_ready.wait(|| async { pools.vms.wait_until_ready().await.map_err(|_| Error::CacheStopped("VM")) }).await?;
     pools.frame.reconcile(&pool, reconcile_pool(&pool, &pools)).await
 }
@@ -117,7 +118,7 @@ struct Changes {
     failure: Option<(Reason, String)>,
 }
 
-async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Pools) -> Result<Outcome, Error> {
+async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Outcome, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         return Ok(Outcome::AwaitChange);
     }
@@ -233,8 +234,9 @@ async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Pools) -> Result<Outc
 
 /// Set `ReplicaFailure` and stop: nothing can be done until the pool changes.
 async fn fail(pool: &VirtualMachinePool, mut status: VirtualMachinePoolStatus, reason: Reason, message: String, ctx: &Context) -> Result<Outcome, Error> {
-    conditions::set(&mut status.conditions, REPLICA_FAILURE, true, reason, message.clone(), pool.metadata.generation);
-    ctx.event(&pool.object_ref(&()), true, reason, "Reconcile", message).await;
+    if conditions::set(&mut status.conditions, REPLICA_FAILURE, true, reason, message.clone(), pool.metadata.generation) {
+        ctx.event(&pool.object_ref(&()), true, reason, "Reconcile", message).await;
+    }
     write_status(ctx, pool, status).await?;
     Ok(Outcome::AwaitChange)
 }
@@ -266,7 +268,9 @@ fn report(status: &mut VirtualMachinePoolStatus, pool: &VirtualMachinePool, live
     };
     conditions::set(&mut status.conditions, PROGRESSING, progressing, reason, message, generation);
     match &changes.failure {
-        Some((reason, message)) => conditions::set(&mut status.conditions, REPLICA_FAILURE, true, *reason, message.clone(), generation),
+        Some((reason, message)) => {
+            conditions::set(&mut status.conditions, REPLICA_FAILURE, true, *reason, message.clone(), generation);
+        }
         None => conditions::remove(&mut status.conditions, REPLICA_FAILURE),
     }
 }

@@ -1,18 +1,24 @@
-//! The VirtualMachine controller (role `controller`), following DESIGN.md §3:
+//! The VirtualMachine controller (role `controller`). A reconcile ([`Reconcile::run`]) is
+//! one call per step:
 //!
 //! 1. finalizer `banlieue.io/virtualmachine`;
-//! 2. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
+//! 2. guards: a cached copy older than this process's last decision waits for the watch;
+//!    a paused VM pauses its Machine and stops there;
+//! 3. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
 //!    Secret: banlieue watches no Secrets, so a missing one is looked for again with backoff);
-//! 3. gather candidates ([`crate::placement::scheduling`]) and let the placement component
-//!    choose — or keep the current placement while it still holds, and apply the
-//!    `migrationPolicy` when it does not;
-//! 4. record the decision in `status.scheduled` and `status.infrastructureRef`
+//! 4. place: gather candidates ([`crate::placement::scheduling`]) and let the placement
+//!    component choose — or keep the current placement while it still holds, and apply the
+//!    `migrationPolicy` when it does not (sharded: a VM placed on another shard's Provider
+//!    is handed over here);
+//! 5. record the decision in `status.scheduled` and `status.infrastructureRef`
 //!    *before* any Machine exists, so a crash never leaves a Machine nobody knows of;
-//! 5. on a move, delete the old Machine and wait until its finalizer has torn the
-//!    backend VM down; then server-side-apply the new `<Kind>Machine`;
-//! 6. mirror the Machine's status; `Ready` only when the Machine says so.
+//! 6. converge the Machine: on a move, delete the old one and wait until its finalizer has
+//!    torn the backend VM down; then server-side-apply the `<Kind>Machine`;
+//! 7. mirror the Machine's status; `Ready` only when the Machine says so.
 //!
 //! Deleting the VM deletes its Machine and waits for it to be gone.
+
+mod assumed;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -30,6 +36,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::status;
+use self::assumed::Assumed;
 use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::failure::{api_failure, Failure};
@@ -44,10 +51,9 @@ pub const FINALIZER: &str = "banlieue.io/virtualmachine";
 pub const VM_LABEL: &str = "banlieue.io/vm";
 /// When to look again at a VM whose cached copy was found older than the server's.
 const STALE_CACHE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
-/// How long a recorded decision may go unseen in the cache before the cache is trusted again.
-const STALE_CACHE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
-struct State {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     frame: Frame<VirtualMachine>,
     vms: Store<VirtualMachine>,
@@ -57,68 +63,11 @@ struct State {
     providers: Store<Provider>,
     provider_classes: Store<ProviderClass>,
     caches_ready: CachesReady,
-    /// Decisions this process recorded that the VM cache has not shown yet, by VM UID. A
-    /// Machine's event can wake a VM before the VM's own watch has brought back the status
-    /// that placed it; acting on that older copy would place the VM a second time.
-    /// Decisions enter it when made (before they are written), so the next placement in
-    /// this process counts them: a burst of VMs is spread, not all put where the first went.
-    unseen: std::sync::Mutex<std::collections::HashMap<String, (Scheduled, std::time::Instant)>>,
-    /// Held from gathering candidates to assuming the decision: placements in one process
-    /// see each other's decisions.
-    placing: tokio::sync::Mutex<()>,
+    /// Decisions this process made that the VM cache does not show yet.
+    assumed: Assumed,
 }
 
-impl State {
-    /// Whether `vm` (as cached) predates a decision this process recorded for it; forgets the
-    /// decision once the cache shows it.
-    fn stale(&self, vm: &VirtualMachine) -> bool {
-        let (Some(uid), mut unseen) = (vm.uid(), self.unseen.lock().unwrap_or_else(|e| e.into_inner())) else { return false };
-        let Some((recorded, at)) = unseen.get(&uid) else { return false };
-        // A watch catches up in milliseconds; past the bound, the cache is what it is.
-        let seen = vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, recorded));
-        if seen || at.elapsed() > STALE_CACHE_BOUND {
-            unseen.remove(&uid);
-            return false;
-        }
-        true
-    }
-
-    /// Count `scheduled` as `vm`'s placement from now on (it is about to be written).
-    fn assume(&self, vm: &VirtualMachine, scheduled: Scheduled) {
-        if let Some(uid) = vm.uid() {
-            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, (scheduled, std::time::Instant::now()));
-        }
-    }
-
-    /// A decision whose write failed: nothing records it.
-    fn forget(&self, vm: &VirtualMachine) {
-        if let Some(uid) = vm.uid() {
-            self.unseen.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
-        }
-    }
-
-    /// Every cached VM, with the decisions this process made but the cache does not show yet.
-    /// (`image` is filled in after the decision, so a cached copy may differ from it there.)
-    fn placed_vms(&self) -> Vec<Arc<VirtualMachine>> {
-        let mut vms = self.vms.state();
-        let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
-        unseen.retain(|_, (_, at)| at.elapsed() <= STALE_CACHE_BOUND);
-        if unseen.is_empty() {
-            return vms;
-        }
-        for vm in &mut vms {
-            let Some((scheduled, _)) = vm.uid().and_then(|uid| unseen.get(&uid)) else { continue };
-            if !vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).is_some_and(|s| same_decision(s, scheduled)) {
-                let mut assumed = VirtualMachine::clone(vm);
-                assumed.status.get_or_insert_with(Default::default).scheduled = Some(scheduled.clone());
-                *vm = Arc::new(assumed);
-            }
-        }
-        vms
-    }
-}
-
-impl State {
+impl Shared {
     async fn ready(&self) -> Result<(), Error> {
         self.caches_ready
             .wait(|| async {
@@ -170,7 +119,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()), ctx.scope());
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
-    let state = Arc::new(State { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), unseen: Default::default(), placing: Default::default() });
+    let state = Arc::new(Shared { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), assumed: Assumed::default() });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -255,7 +204,7 @@ async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::Unbounded
     }
 }
 
-async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<State>) -> Result<Action, Error> {
+async fn reconcile(vm: Arc<VirtualMachine>, state: Arc<Shared>) -> Result<Action, Error> {
     state.ready().await?;
     state.frame.reconcile(&vm, Reconcile::new(&vm, &state).run()).await
 }
@@ -277,9 +226,33 @@ fn blocked(condition: &'static str, reason: Reason, message: impl Into<String>) 
     Blocked::on(condition, Failure::until_changed(reason, message))
 }
 
+/// What the VM asks for, resolved from the caches (step 3).
+struct Wanted {
+    class: Arc<VMClass>,
+    image: Arc<VMImage>,
+    /// The provider classes the image has a source for.
+    image_classes: BTreeSet<String>,
+    /// The Providers of the VM's namespace, by name.
+    providers: Vec<Arc<Provider>>,
+}
+
+/// The Machine that makes the VM on its Provider: its kind and name.
+struct Target {
+    resource: kube::api::ApiResource,
+    reference: InfrastructureRef,
+}
+
+/// The VM's Machine as step 6 finds it.
+enum Current {
+    /// The Machine for this placement (none yet: it is made).
+    Keep(Option<DynamicObject>),
+    /// A Machine of another placement or being deleted: wait for it to go.
+    Wait(Outcome),
+}
+
 struct Reconcile<'a> {
     vm: &'a VirtualMachine,
-    state: &'a State,
+    state: &'a Shared,
     ctx: &'a Context,
     api: Api<VirtualMachine>,
     ns: String,
@@ -291,7 +264,7 @@ struct Reconcile<'a> {
 }
 
 impl<'a> Reconcile<'a> {
-    fn new(vm: &'a VirtualMachine, state: &'a State) -> Self {
+    fn new(vm: &'a VirtualMachine, state: &'a Shared) -> Self {
         let ns = vm.namespace().unwrap_or_default();
         Reconcile {
             vm,
@@ -310,54 +283,98 @@ impl<'a> Reconcile<'a> {
         if self.vm.metadata.deletion_timestamp.is_some() {
             return self.delete().await;
         }
-        if self.state.stale(self.vm) {
-            return Ok(Outcome::Requeue(STALE_CACHE_RETRY));
-        }
-        if !finalizer::has(self.vm, FINALIZER) {
-            // Added with the resourceVersion read; the reconcile goes on (status writes
-            // do not depend on it), so a new VM costs one reconcile, not two.
-            match finalizer::add(&self.api, self.vm, FINALIZER).await {
-                Ok(()) => {}
-                // The cached VM is older than the server's (a Machine event can wake this VM
-                // before the watch has brought back the finalizer this process added): look
-                // again shortly instead of failing into a backoff.
-                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Outcome::Requeue(STALE_CACHE_RETRY)),
-                Err(e) => return Err(e.into()),
-            }
+        if let Some(wait) = self.ensure_finalizer().await? {
+            return Ok(wait);
         }
         // The Machine the status names, read once for this reconcile.
         let machine = match self.status.infrastructure_ref.clone() {
             Some(r) => self.get_machine(&r).await.map_err(api_error),
             None => Ok(None),
         };
-        if let Ok(Some(m)) = &machine {
-            self.set_machine_paused(m, self.vm.spec.paused).await?;
+        if let Some(wait) = self.guards(&machine).await? {
+            return Ok(wait);
         }
-        if self.vm.spec.paused {
-            return Ok(Outcome::AwaitChange);
-        }
-        let outcome = match self.apply(machine).await {
+        let outcome = match self.converge(machine).await {
             Ok(outcome) => outcome,
-            Err(Blocked { condition, failure }) => {
-                let first = conditions::get(&self.status.conditions, condition).is_none_or(|c| failure.reason != c.reason);
-                self.set(condition, false, failure.reason, failure.message.clone());
-                self.set(READY, false, failure.reason, failure.message.clone());
-                let outcome = Outcome::after(&failure);
-                if first {
-                    self.event(true, failure.reason, "Reconcile", failure.message).await;
-                }
-                outcome
-            }
+            Err(blocked) => self.report(blocked).await,
         };
         self.record().await?;
         Ok(outcome)
+    }
+
+    /// Step 1. Added with the resourceVersion read; the reconcile goes on (status writes do
+    /// not depend on it), so a new VM costs one reconcile, not two.
+    async fn ensure_finalizer(&self) -> Result<Option<Outcome>, Error> {
+        if finalizer::has(self.vm, FINALIZER) {
+            return Ok(None);
+        }
+        match finalizer::add(&self.api, self.vm, FINALIZER).await {
+            Ok(()) => Ok(None),
+            // The cached VM is older than the server's (a Machine event can wake this VM
+            // before the watch has brought back the finalizer this process added): look
+            // again shortly instead of failing into a backoff.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(Outcome::Requeue(STALE_CACHE_RETRY))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Step 2: what stops the reconcile before it resolves anything — a cached copy older
+    /// than this process's last decision, or the VM paused (its Machine is paused with it).
+    async fn guards(&self, machine: &Result<Option<DynamicObject>, Blocked>) -> Result<Option<Outcome>, Error> {
+        if self.state.assumed.stale(self.vm) {
+            return Ok(Some(Outcome::Requeue(STALE_CACHE_RETRY)));
+        }
+        if let Ok(Some(m)) = machine {
+            self.set_machine_paused(m, self.vm.spec.paused).await?;
+        }
+        Ok(self.vm.spec.paused.then_some(Outcome::AwaitChange))
+    }
+
+    /// Steps 3 to 7: resolve, place, record, converge the Machine, mirror it.
+    async fn converge(&mut self, machine: Result<Option<DynamicObject>, Blocked>) -> Result<Outcome, Blocked> {
+        let wanted = self.resolve().await?;
+        let scheduled = self.place(&wanted).await?;
+        if self.handed_over(&scheduled) {
+            // Placed on a Provider of another shard: the decision is recorded here, and the
+            // holder of that shard (woken by it) makes the Machine.
+            self.record().await.map_err(status_error)?;
+            return Ok(Outcome::AwaitChange);
+        }
+        let (provider, target) = self.target(&wanted, &scheduled)?;
+        let existing = match self.current_machine(machine?, &target, &scheduled).await? {
+            Current::Keep(existing) => existing,
+            Current::Wait(outcome) => return Ok(outcome),
+        };
+        let spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, existing.as_ref())?;
+        self.note_machine(&target, &spec);
+        // The decision and the Machine it names are recorded (one write) before the Machine exists.
+        self.record().await.map_err(status_error)?;
+        let machine = self.apply_machine(&target.resource, spec, existing).await?;
+        // A Machine that has not reported yet leaves the VM as the decision put it
+        // (provisioning there): its first status brings the VM back.
+        if machine.data.get("status").is_some_and(|s| !s.is_null()) {
+            self.mirror(&machine, &target.reference);
+        }
+        Ok(Outcome::AwaitChange)
+    }
+
+    /// Say why the VM cannot progress: on the condition the failure belongs to and on
+    /// `Ready`, announced once.
+    async fn report(&mut self, Blocked { condition, failure }: Blocked) -> Outcome {
+        let news = self.set(condition, false, failure.reason, failure.message.clone());
+        self.set(READY, false, failure.reason, failure.message.clone());
+        let outcome = Outcome::after(&failure);
+        if news {
+            self.event(true, failure.reason, "Reconcile", failure.message).await;
+        }
+        outcome
     }
 
     /// Write the status (when it changed), then announce a decision it records.
     async fn record(&mut self) -> Result<(), Error> {
         if let Err(e) = self.write_status().await {
             if self.decided.take().is_some() {
-                self.state.forget(self.vm);
+                self.state.assumed.forget(self.vm);
             }
             return Err(e);
         }
@@ -367,16 +384,17 @@ impl<'a> Reconcile<'a> {
         Ok(())
     }
 
-    fn set(&mut self, type_: &str, status: bool, reason: Reason, message: impl Into<String>) {
-        conditions::set(&mut self.status.conditions, type_, status, reason, message, self.generation);
+    /// Set a condition of the VM; whether that is news (see [`conditions::set`]).
+    fn set(&mut self, type_: &str, status: bool, reason: Reason, message: impl Into<String>) -> bool {
+        conditions::set(&mut self.status.conditions, type_, status, reason, message, self.generation)
     }
 
     async fn event(&self, warning: bool, reason: Reason, action: &str, note: impl Into<String>) {
         self.ctx.event(&self.vm.object_ref(&()), warning, reason, action, note).await;
     }
 
-    async fn apply(&mut self, machine: Result<Option<DynamicObject>, Blocked>) -> Result<Outcome, Blocked> {
-        let client = &self.ctx.client;
+    /// Step 3: the VM's class, image and user-data, and the Providers of its namespace.
+    async fn resolve(&self) -> Result<Wanted, Blocked> {
         let spec = &self.vm.spec;
         let class = self
             .state
@@ -392,7 +410,7 @@ impl<'a> Reconcile<'a> {
         // the VM has no Machine yet, so a missing Secret shows before anything is made.
         let has_machine = self.status.infrastructure_ref.as_ref().is_some_and(|r| r.uid.is_some());
         if let (Some(u), false) = (&spec.user_data, has_machine) {
-            let secret = Api::<Secret>::namespaced(client.clone(), &self.ns)
+            let secret = Api::<Secret>::namespaced(self.ctx.client.clone(), &self.ns)
                 .get_opt(&u.name)
                 .await
                 .map_err(api_error)?
@@ -405,20 +423,23 @@ impl<'a> Reconcile<'a> {
         let mut providers: Vec<Arc<Provider>> =
             self.state.providers.state().into_iter().filter(|p| p.namespace().as_deref() == Some(self.ns.as_str())).collect();
         providers.sort_by_key(|p| p.name_any());
-        let image_classes: BTreeSet<String> = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
-        let scheduled = self.place(&class, &image, &image_classes, &providers).await?;
-        if let Some(shards) = &self.ctx.shards {
-            let now = format!("{}/{}", self.ns, scheduled.provider);
-            if shards.shard_of(&shard_key(self.vm)) != shards.shard_of(&now) {
-                // Placed on a Provider of another shard: the decision is recorded here, and the
-                // holder of that shard (woken by it) makes the Machine.
-                self.record().await.map_err(status_error)?;
-                return Ok(Outcome::AwaitChange);
-            }
-        }
-        let provider = providers
+        let image_classes = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
+        Ok(Wanted { class, image, image_classes, providers })
+    }
+
+    /// Whether, sharded, the VM's placement puts it on another shard's Provider.
+    fn handed_over(&self, scheduled: &Scheduled) -> bool {
+        let Some(shards) = &self.ctx.shards else { return false };
+        shards.shard_of(&shard_key(self.vm)) != shards.shard_of(&format!("{}/{}", self.ns, scheduled.provider))
+    }
+
+    /// The Provider the VM is placed on, and the Machine (kind and name) that makes it there.
+    fn target(&self, wanted: &Wanted, scheduled: &Scheduled) -> Result<(Arc<Provider>, Target), Blocked> {
+        let provider = wanted
+            .providers
             .iter()
             .find(|p| p.name_any() == scheduled.provider)
+            .cloned()
             .ok_or_else(|| blocked(SCHEDULED, Reason::ProviderNotFound, format!("Provider {:?} not found", scheduled.provider)))?;
         let provider_class = self
             .state
@@ -426,67 +447,52 @@ impl<'a> Reconcile<'a> {
             .get(&ObjectRef::new(&scheduled.provider_class))
             .ok_or_else(|| blocked(INFRASTRUCTURE_READY, Reason::ProviderClassNotFound, format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
         let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
-        let target = InfrastructureRef {
-            api_version: resource.api_version.clone(),
-            kind: resource.kind.clone(),
-            name: self.name.clone(),
-            uid: None,
-        };
+        let reference = InfrastructureRef { api_version: resource.api_version.clone(), kind: resource.kind.clone(), name: self.name.clone(), uid: None };
+        Ok((provider, Target { resource, reference }))
+    }
 
-        // A Machine made for another placement goes first.
-        let mut existing = None;
-        if let Some(current) = self.status.infrastructure_ref.clone()
-            && let Some(old) = machine?
-        {
-            let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
-            let same = current.kind == target.kind
-                && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
-                && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
-            if !same {
-                return self.move_away(&current, &old, &scheduled).await;
-            }
-            if old.metadata.deletion_timestamp.is_some() {
-                // Deleted by someone else: its finalizer tears the backend VM down, and its
-                // deletion brings the VM back to make a new one (re-applying now would ask
-                // for a finalizer on an object being deleted, which the API server refuses).
-                self.mirror(&old, &target);
-                return Ok(Outcome::AwaitChange);
-            }
-            existing = Some(old);
+    /// Step 6, first half: the Machine the VM has, if it is the one for `scheduled` — or,
+    /// when it was made for another placement, its teardown first.
+    async fn current_machine(&mut self, machine: Option<DynamicObject>, target: &Target, scheduled: &Scheduled) -> Result<Current, Blocked> {
+        let (Some(current), Some(old)) = (self.status.infrastructure_ref.clone(), machine) else { return Ok(Current::Keep(None)) };
+        let old_spec: InfraMachineSpec = serde_json::from_value(old.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
+        let same = current.kind == target.reference.kind
+            && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
+            && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
+        if !same {
+            return self.move_away(&current, &old, scheduled).await.map(Current::Wait);
         }
-        if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&target.kind, &target.name)) {
-            self.status.infrastructure_ref = Some(target.clone());
+        if old.metadata.deletion_timestamp.is_some() {
+            // Deleted by someone else: its finalizer tears the backend VM down, and its
+            // deletion brings the VM back to make a new one (re-applying now would ask
+            // for a finalizer on an object being deleted, which the API server refuses).
+            self.mirror(&old, &target.reference);
+            return Ok(Current::Wait(Outcome::AwaitChange));
         }
-        let spec = self.machine_spec(&class, &image, provider, &scheduled, existing.as_ref())?;
-        // Which import the machine uses, for the imagebuilder to keep it while it does.
+        Ok(Current::Keep(Some(old)))
+    }
+
+    /// Step 5: the Machine the decision names, and which import it is made from (for the
+    /// imagebuilder to keep that import while the machine uses it), into the status.
+    fn note_machine(&mut self, target: &Target, spec: &InfraMachineSpec) {
+        let reference = &target.reference;
+        if self.status.infrastructure_ref.as_ref().map(|r| (&r.kind, &r.name)) != Some((&reference.kind, &reference.name)) {
+            self.status.infrastructure_ref = Some(reference.clone());
+        }
         let made_from = ["template", "backingFile"].iter().find_map(|k| spec.vm.image.get(*k).cloned());
         if let Some(s) = self.status.scheduled.as_mut() {
             s.image = made_from;
         }
-        // The decision and the Machine it names are recorded (one write) before the Machine exists.
-        self.record().await.map_err(status_error)?;
-
-        let machine = self.apply_machine(&resource, spec, existing).await?;
-        // A Machine that has not reported yet leaves the VM as the decision put it
-        // (provisioning there): its first status brings the VM back.
-        if machine.data.get("status").is_some_and(|s| !s.is_null()) {
-            self.mirror(&machine, &target);
-        }
-        Ok(Outcome::AwaitChange)
     }
 
     /// Keep the current placement while it holds; otherwise follow `migrationPolicy`.
     /// A new decision is written to status before anything acts on it.
-    async fn place(
-        &mut self,
-        class: &VMClass,
-        image: &VMImage,
-        image_classes: &BTreeSet<String>,
-        providers: &[Arc<Provider>],
-    ) -> Result<Scheduled, Blocked> {
+    /// Step 4.
+    async fn place(&mut self, wanted: &Wanted) -> Result<Scheduled, Blocked> {
+        let Wanted { class, image, image_classes, providers } = wanted;
         let current = self.status.scheduled.clone();
         if let Some(current) = &current {
-            let all = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+            let all = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.assumed.placed_vms(&self.state.vms), false).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
             if scheduling::still_valid(current, &all, &self.ns) {
                 self.set(PLACEMENT_VALID, true, Reason::PlacementHolds, holds(current));
                 return Ok(current.clone());
@@ -531,8 +537,8 @@ impl<'a> Reconcile<'a> {
         image_classes: &BTreeSet<String>,
         providers: &[Arc<Provider>],
     ) -> Result<Scheduled, Blocked> {
-        let _placing = self.state.placing.lock().await;
-        let found = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.placed_vms(), true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
+        let _placing = self.state.assumed.placing.lock().await;
+        let found = scheduling::candidates(self.vm, class, image_classes, providers, &self.state.assumed.placed_vms(&self.state.vms), true).map_err(|m| blocked(SCHEDULED, Reason::InvalidPlacement, m))?;
         if found.candidates.is_empty() {
             let mut why = found.excluded.clone();
             if why.is_empty() {
@@ -571,7 +577,7 @@ impl<'a> Reconcile<'a> {
         self.set(INFRASTRUCTURE_READY, false, reason, note.clone());
         self.set(READY, false, reason, note);
         self.status.scheduled = Some(scheduled.clone());
-        self.state.assume(self.vm, scheduled.clone());
+        self.state.assumed.assume(self.vm, scheduled.clone());
         // Recorded (and announced) by `apply` before anything is made for it, or at the end
         // of the reconcile when something else stops it first.
         self.decided = Some(message);
@@ -713,7 +719,7 @@ impl<'a> Reconcile<'a> {
             }
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
-        self.state.forget(self.vm);
+        self.state.assumed.forget(self.vm);
         Ok(Outcome::AwaitChange)
     }
 
@@ -722,12 +728,6 @@ impl<'a> Reconcile<'a> {
         status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
         Ok(())
     }
-}
-
-/// Whether two placements are the same decision: where, and with which storage and networks.
-/// The image it is made from is recorded after the decision, so it is not part of it.
-fn same_decision(a: &Scheduled, b: &Scheduled) -> bool {
-    (&a.provider, &a.provider_class, &a.failure_domain, &a.storage, &a.networks) == (&b.provider, &b.provider_class, &b.failure_domain, &b.storage, &b.networks)
 }
 
 /// `PlacementValid`'s message while the placement holds.
@@ -756,22 +756,9 @@ fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn vm(ns: &str, placed_on: Option<&str>) -> VirtualMachine {
-        let mut v = json!({
-            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-            "metadata": {"name": "vm", "namespace": ns},
-            "spec": {"classRef": {"name": "small"}, "imageRef": {"name": "debian"}}
-        });
-        if let Some(p) = placed_on {
-            v["status"] = json!({
-                "scheduled": {"provider": p, "failureDomain": "d", "providerClass": "libvirt"},
-                "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": "",
-                                "lastTransitionTime": "2026-01-01T00:00:00Z"}]
-            });
-        }
-        serde_json::from_value(v).expect("vm")
+        crate::fixtures::vm(ns, "vm", placed_on)
     }
 
     #[test]

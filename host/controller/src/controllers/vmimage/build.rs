@@ -139,10 +139,9 @@ pub async fn ensure_built(ctx: &Context, image: &VMImage, st: &mut banlieue_api:
         }
         "Error" => {
             let message = format!("OSArtifact {name} failed: {message}");
-            if conditions::get(&st.conditions, BUILT).is_none_or(|c| c.message != message) {
-                ctx.event(&image.object_ref(&()), true, Reason::BuildFailed, "Build", message.clone()).await;
+            if conditions::set(&mut st.conditions, BUILT, false, Reason::BuildFailed, message.clone(), generation) {
+                ctx.event(&image.object_ref(&()), true, Reason::BuildFailed, "Build", message).await;
             }
-            conditions::set(&mut st.conditions, BUILT, false, Reason::BuildFailed, message, generation);
             Some(Outcome::AwaitChange)
         }
         // Pending, Building, Exporting: the OSArtifact watch wakes the VMImage.

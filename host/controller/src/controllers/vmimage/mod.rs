@@ -29,7 +29,6 @@ use banlieue_api::class::{ImageImport, ImageSource, ImportPhase, VMImageStatus};
 use banlieue_api::provider::ImageFormat;
 use banlieue_api::{Provider, VMImage, VirtualMachine};
 use banlieue_imagebuilder::{ConvertError, Digest, DiskFormat, FetchError, ImageCache};
-use banlieue_runtime::capability::transfer::TransferGrant;
 use banlieue_runtime::provider::{ImagePhase, ImageRequest, UrlSource};
 use futures::StreamExt;
 use kube::api::Api;
@@ -50,7 +49,8 @@ pub const FETCHED: &str = "Fetched";
 /// Held on VMImages with `url` sources until what they imported is removed.
 pub const FINALIZER: &str = "banlieue.io/imagebuilder";
 
-struct Images {
+/// What every reconcile of this controller shares.
+struct Shared {
     ctx: Arc<Context>,
     cache: Arc<ImageCache>,
     frame: Frame<VMImage>,
@@ -93,7 +93,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             futures::future::ready(owner)
         });
     let images = images.reconcile_on(artifacts);
-    let images_state = Arc::new(Images { ctx: ctx.clone(), cache, frame: images_frame });
+    let images_state = Arc::new(Shared { ctx: ctx.clone(), cache, frame: images_frame });
     images
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -114,7 +114,7 @@ struct Download {
     checksum: String,
 }
 
-async fn reconcile(cached: &VMImage, s: &Images) -> Result<Outcome, Error> {
+async fn reconcile(cached: &VMImage, s: &Shared) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     let api: Api<VMImage> = Api::all(ctx.client.clone());
     // An import replaces what the backend holds under the image's name, so it must not run
@@ -173,9 +173,7 @@ async fn reconcile(cached: &VMImage, s: &Images) -> Result<Outcome, Error> {
             import_everywhere(image, &sources, s, &api, &old, &mut st).await?
         }
         Some(Failure { reason, message, retry }) => {
-            let changed = conditions::get(&old.conditions, FETCHED).is_none_or(|c| c.reason != reason.as_str() || c.message != message);
-            conditions::set(&mut st.conditions, FETCHED, false, reason, message.clone(), generation);
-            if changed {
+            if conditions::set(&mut st.conditions, FETCHED, false, reason, message.clone(), generation) {
                 ctx.event(&image.object_ref(&()), true, reason, "Fetch", message).await;
             }
             if retry { Outcome::Retry } else { Outcome::AwaitChange }
@@ -194,7 +192,7 @@ fn effective_sources(image: &VMImage, st: &VMImageStatus) -> Vec<ImageSource> {
 
 /// Behind the finalizer: refuse while VMs use the image, then have each Provider's driver
 /// remove what it imported and the build's OSArtifacts go, then let the VMImage go.
-async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &VMImageStatus) -> Result<Outcome, Error> {
+async fn remove_imports(image: &VMImage, s: &Shared, api: &Api<VMImage>, old: &VMImageStatus) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     if !finalizer::has(image, FINALIZER) {
         return Ok(Outcome::AwaitChange);
@@ -212,10 +210,9 @@ async fn remove_imports(image: &VMImage, s: &Images, api: &Api<VMImage>, old: &V
         .collect();
     if !users.is_empty() {
         let message = format!("still used by VirtualMachines {}: delete them (or change their image) first", users.join(", "));
-        if conditions::get(&old.conditions, READY).is_none_or(|c| c.reason != Reason::InUse.as_str()) {
-            ctx.event(&image.object_ref(&()), true, Reason::InUse, "Delete", message.clone()).await;
+        if conditions::set(&mut st.conditions, READY, false, Reason::InUse, message.clone(), generation) {
+            ctx.event(&image.object_ref(&()), true, Reason::InUse, "Delete", message).await;
         }
-        conditions::set(&mut st.conditions, READY, false, Reason::InUse, message, generation);
         status::write(api, &image.name_any(), Some(old), &st).await?;
         return Ok(Outcome::Retry);
     }
@@ -266,7 +263,7 @@ async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &I
 
 /// Import the fetched image into every Provider its `url` sources apply to; `Ready` says
 /// whether all of them have it.
-async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
+async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Shared, api: &Api<VMImage>, old: &VMImageStatus, st: &mut VMImageStatus) -> Result<Outcome, Error> {
     let ctx = &s.ctx;
     let generation = image.metadata.generation;
     let providers = ctx.watched::<Provider>().list(&ctx.options.installation.list()).await?.items;
@@ -279,15 +276,17 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
         let key = crate::key(p);
         let digest = src.checksum.clone().unwrap_or_default();
         let prior = old.providers.iter().find(|i| i.provider == key);
-        if let Some(done) = prior.filter(|i| i.phase == ImportPhase::Ready && i.digest.as_deref() == Some(digest.as_str())) {
-            imports.push(done.clone());
-            continue;
-        }
-        // A new source or build: the earlier import stays while VMs made from it exist.
-        if let Some(earlier) = prior.filter(|i| i.phase == ImportPhase::Ready && i.reference.is_some()) {
-            if !st.retired.iter().any(|r| r.provider == earlier.provider && r.reference == earlier.reference) {
-                st.retired.push(earlier.clone());
+        match import_step(prior, &digest) {
+            ImportStep::Keep(done) => {
+                imports.push(done.clone());
+                continue;
             }
+            ImportStep::Import { retire: Some(earlier) } => {
+                if !st.retired.iter().any(|r| r.provider == earlier.provider && r.reference == earlier.reference) {
+                    st.retired.push(earlier.clone());
+                }
+            }
+            ImportStep::Import { retire: None } => {}
         }
         // Say it is under way before the (possibly long) transfer.
         let importing = ImageImport { provider: key.clone(), phase: ImportPhase::Importing, digest: Some(digest.clone()), ..Default::default() };
@@ -321,9 +320,34 @@ async fn import_everywhere(image: &VMImage, sources: &[ImageSource], s: &Images,
     Ok(if retry { Outcome::Retry } else { Outcome::AwaitChange })
 }
 
+/// What one Provider's import needs, from what the status says of it.
+#[derive(Debug, PartialEq)]
+enum ImportStep<'a> {
+    /// Imported, of this digest: nothing to do.
+    Keep(&'a ImageImport),
+    /// Import (again); an earlier import of another digest, when there is one, is retired:
+    /// it stays while VMs made from it exist.
+    Import { retire: Option<&'a ImageImport> },
+}
+
+fn import_step<'a>(prior: Option<&'a ImageImport>, digest: &str) -> ImportStep<'a> {
+    match prior {
+        Some(i) if i.phase == ImportPhase::Ready && i.digest.as_deref() == Some(digest) => ImportStep::Keep(i),
+        Some(i) if i.phase == ImportPhase::Ready && i.reference.is_some() => ImportStep::Import { retire: Some(i) },
+        _ => ImportStep::Import { retire: None },
+    }
+}
+
+/// Whether a VM still uses retired import `r`: a VM on its Provider made from it — or one
+/// that does not say what it was made from (then every import of that Provider is kept).
+/// `made_from` is each VM's `namespace/provider` and the import it was made from.
+fn still_used(made_from: &[(String, Option<String>)], r: &ImageImport) -> bool {
+    made_from.iter().any(|(p, from)| *p == r.provider && from.as_ref().is_none_or(|f| Some(f) == r.reference.as_ref()))
+}
+
 /// Remove the retired imports no VirtualMachine of this image was made from any more (a
 /// VM on that Provider that does not say what it was made from keeps them all).
-async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) -> Result<(), Error> {
+async fn release_retired(image: &VMImage, s: &Shared, st: &mut VMImageStatus) -> Result<(), Error> {
     if st.retired.is_empty() {
         return Ok(());
     }
@@ -340,7 +364,7 @@ async fn release_retired(image: &VMImage, s: &Images, st: &mut VMImageStatus) ->
     let providers = ctx.watched::<Provider>().list(&ctx.options.installation.list()).await?.items;
     let mut kept = Vec::new();
     for r in std::mem::take(&mut st.retired) {
-        let used = made_from.iter().any(|(p, from)| *p == r.provider && from.as_ref().is_none_or(|f| Some(f) == r.reference.as_ref()));
+        let used = still_used(&made_from, &r);
         // A Provider deleted since holds nothing banlieue can still reach.
         let provider = providers.iter().find(|p| crate::key(*p) == r.provider);
         let src = provider.and_then(|p| image.source_for(&p.spec.provider_class_ref.name));
@@ -383,14 +407,7 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
         None => (entry, info.format.clone()),
     };
     let file = cache.open_entry(&converted).map_err(|e| Failure::transient(Reason::FetchFailed, format!("image cache: {e}")))?;
-    let mut grants = b.grants.clone();
-    grants.transfer = Some(TransferGrant {
-        file: Arc::new(file),
-        digest: digest.to_string(),
-        format,
-        size: converted.size,
-        virtual_size: info.virtual_size,
-    });
+    let grants = b.with_transfer(file, digest.to_string(), format, converted.size, info.virtual_size);
     let request = image_request(image, provider, src);
     let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
     let phase = match done.phase {
@@ -433,5 +450,37 @@ impl Cause for FetchError {
 
     fn retry(&self) -> bool {
         self.is_retryable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import(phase: ImportPhase, digest: &str, reference: Option<&str>) -> ImageImport {
+        ImageImport { provider: "team/kvm".into(), phase, digest: Some(digest.into()), reference: reference.map(String::from), message: None }
+    }
+
+    #[test]
+    fn an_import_is_kept_redone_or_replaced_with_the_earlier_one_retired() {
+        let done = import(ImportPhase::Ready, "sha256:a", Some("/pool/image@os@a"));
+        assert_eq!(import_step(Some(&done), "sha256:a"), ImportStep::Keep(&done), "imported, same digest");
+        assert_eq!(import_step(Some(&done), "sha256:b"), ImportStep::Import { retire: Some(&done) }, "a new source: the old one is retired");
+        let cut = import(ImportPhase::Importing, "sha256:a", None);
+        assert_eq!(import_step(Some(&cut), "sha256:a"), ImportStep::Import { retire: None }, "an import cut off is done again");
+        let failed = import(ImportPhase::Failed, "sha256:a", None);
+        assert_eq!(import_step(Some(&failed), "sha256:b"), ImportStep::Import { retire: None }, "nothing was imported to retire");
+        assert_eq!(import_step(None, "sha256:a"), ImportStep::Import { retire: None });
+    }
+
+    #[test]
+    fn a_retired_import_stays_while_a_vm_on_its_provider_was_made_from_it_or_does_not_say() {
+        let old = import(ImportPhase::Ready, "sha256:a", Some("/pool/image@os@a"));
+        let vm = |provider: &str, from: Option<&str>| (provider.to_string(), from.map(String::from));
+        assert!(still_used(&[vm("team/kvm", Some("/pool/image@os@a"))], &old));
+        assert!(still_used(&[vm("team/kvm", None)], &old), "a VM that does not say keeps every import of its Provider");
+        assert!(!still_used(&[vm("team/kvm", Some("/pool/image@os@b"))], &old), "made from the new import");
+        assert!(!still_used(&[vm("team/other", Some("/pool/image@os@a"))], &old), "on another Provider");
+        assert!(!still_used(&[], &old));
     }
 }

@@ -21,6 +21,7 @@ use banlieue_runtime::capability::http::HttpGrant;
 use banlieue_runtime::capability::libvirt::LibvirtGrant;
 use banlieue_runtime::capability::log::Attribution;
 use banlieue_runtime::capability::secrets::SecretsGrant;
+use banlieue_runtime::capability::transfer::TransferGrant;
 use banlieue_runtime::capability::Grants;
 use banlieue_runtime::provider::ProviderConfig;
 use banlieue_secrets::KubernetesSecret;
@@ -152,8 +153,7 @@ pub async fn check_credentials(ctx: &Context, provider: &Provider, grants: &Gran
 }
 
 /// A Provider's driver, ready to call for one object: the class's component, the
-/// Provider's configuration and grants. Why there is none is a condition
-/// `(reason, message, retryable)`.
+/// Provider's configuration and grants. Why there is none is a [`Failure`].
 pub struct Backend {
     pub class: String,
     /// What the class's driver imports (`spec.imageFormat`).
@@ -165,6 +165,21 @@ pub struct Backend {
     pub throttle: std::sync::Arc<crate::framework::throttle::Throttle>,
 }
 
+impl Backend {
+    /// The grants of this backend plus reading `file` — one image in the host's cache,
+    /// opened by the host — for an `import-image` call, and nothing else.
+    pub fn with_transfer(&self, file: std::fs::File, digest: String, format: String, size: u64, virtual_size: u64) -> Grants {
+        let mut grants = self.grants.clone();
+        grants.transfer = Some(TransferGrant { file: Arc::new(file), digest, format, size, virtual_size });
+        grants
+    }
+}
+
+/// What a placement policy may do: log, attributed to the policy and the object it decides
+/// for. It reaches no backend, secret or file.
+pub fn for_policy(policy: &str, object: String) -> Grants {
+    Grants { log: Attribution { component: policy.to_string(), object }, ..Default::default() }
+}
 
 /// The driver of `provider` with its grants, for a call about `object`.
 pub async fn backend(ctx: &Context, provider: &Provider, object: &str) -> Result<Backend, Failure> {

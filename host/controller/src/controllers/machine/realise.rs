@@ -1,0 +1,98 @@
+//! Bringing a machine's backend VM to its spec (create, power, restart) and its status
+//! to what the driver observed.
+
+use banlieue_api::common::{Initialization, MachinePhase, PowerState};
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
+use banlieue_runtime::provider::{self as wit, MachineStatus};
+use banlieue_runtime::{CallError, GuestError};
+use kube::api::{ApiResource, DynamicObject};
+use kube::Resource;
+
+use super::convert::{address, api_phase, api_power, power_off, wit_machine, wit_power};
+use super::{call, machine_ref, operation};
+use crate::failure::Failure;
+use crate::sandbox::grants::Backend;
+use crate::status::conditions::{self, PROVISIONED, READY};
+use crate::status::reasons::Reason;
+use crate::Context;
+
+/// Bring the backend VM to the spec: create (idempotent), then power and restart.
+pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {
+    let r = machine_ref(m, spec);
+    let (limits, grants) = (b.driver.limits, b.grants.clone());
+    // A machine this process just created counts as provisioned even when the cached
+    // object predates the status write: a second `create` would be harmless, only wasted.
+    let provisioned = (st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some())
+        || ctx.created.lock().unwrap_or_else(|e| e.into_inner()).contains(&r.uid);
+    let described = if provisioned {
+        match ctx.call(&b.class, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
+            Ok(s) => Some(s),
+            // The backend VM vanished behind our back: make it again (same UID, same name).
+            Err(CallError::Guest(GuestError::NotFound(_))) => None,
+            Err(e) => return Err(Failure::from(e)),
+        }
+    } else {
+        None
+    };
+    let mut observed = match described {
+        Some(s) => s,
+        None => {
+            let machine = wit_machine(ctx, m, spec).await?;
+            let _op = operation(b)?;
+            let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
+            // A machine just made needs no restart for a request older than itself.
+            st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+            created
+        }
+    };
+    let want = wit_power(spec.vm.power_state);
+    let off = power_off(spec);
+    let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
+    if restart && spec.vm.power_state == PowerState::PoweredOn {
+        let _op = operation(b)?;
+        call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
+        ctx.event(&m.object_ref(resource), false, Reason::Restarted, "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
+    } else if observed.power_state != want {
+        let _op = operation(b)?;
+        observed = call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, want, off, limits, grants.clone())).await?;
+    }
+    if restart {
+        st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+    }
+    Ok(observed)
+}
+
+/// The machine's status from what the driver observed: addresses, power, phase, the
+/// driver's own conditions, `Provisioned`, and `Ready` only when provisioned and powered as
+/// the spec asks.
+pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpec, observed: &MachineStatus, generation: Option<i64>) {
+    st.initialization = Some(Initialization { provisioned: Some(observed.provisioned) });
+    st.ready = Some(observed.provisioned);
+    st.deprecated = None;
+    st.addresses = observed.addresses.iter().map(address).collect();
+    st.failure_domain = spec.failure_domain.clone();
+    let power = api_power(observed.power_state);
+    st.power_state = Some(power);
+    let phase = api_phase(observed.phase);
+    st.phase = Some(phase);
+    st.observed_generation = generation;
+    for c in &observed.conditions {
+        if c.type_ != READY && c.type_ != PROVISIONED {
+            conditions::set_reported(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
+        }
+    }
+    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
+    let ready = observed.provisioned && power == spec.vm.power_state;
+    let (reason, message) = if ready {
+        (Reason::of_power(power), format!("{} is {power:?}", observed.provider_id))
+    } else if !observed.provisioned {
+        (Reason::of_phase(phase), format!("the backend is still creating the machine ({phase:?})"))
+    } else if matches!(phase, MachinePhase::PoweringOn | MachinePhase::ShuttingDown) {
+        (Reason::of_phase(phase), format!("backend reports {power:?} and {phase:?}, spec asks for {:?}", spec.vm.power_state))
+    } else {
+        (Reason::PowerStateMismatch, format!("backend reports {power:?}, spec asks for {:?}", spec.vm.power_state))
+    };
+    conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
+}
