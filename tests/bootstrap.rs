@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use banlieue_api::VirtualMachine;
-use banlieue_controller::framework::installation::Installation;
+use banlieue_controller::Installation;
 use banlieue_test_backends::libvirtd::{Leftovers, Libvirtd};
 use banlieue_test_backends::openbao::OpenBao;
 use banlieue_tests::bootstrap::{banlieue, config};

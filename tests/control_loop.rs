@@ -450,7 +450,7 @@ async fn killing_the_host_mid_create_and_mid_delete_leaves_no_duplicate_and_no_l
 
 #[tokio::test]
 async fn only_one_replica_holds_a_role_lease() -> anyhow::Result<()> {
-    use banlieue_controller::framework::leader;
+    use banlieue_controller::leader;
     use std::time::Duration;
     let env = TestEnv::start("leases").await?;
     let lease = Duration::from_secs(2);

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use banlieue_api::VirtualMachine;
-use banlieue_controller::ops::permissions::Role;
+use banlieue_controller::permissions::Role;
 use banlieue_libvirt::DomainState;
 use banlieue_tests::control::{apply, repo_root, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};

@@ -5,7 +5,7 @@
 //! Checked on the objects (status, finalizers, field managers) and on libvirt itself.
 
 use banlieue_api::{Provider, ProviderClass, VMImage, VirtualMachine};
-use banlieue_controller::framework::installation::Installation;
+use banlieue_controller::Installation;
 use banlieue_tests::control::{apply, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use k8s_openapi::api::coordination::v1::Lease;

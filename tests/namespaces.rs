@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use banlieue_api::{Provider, VirtualMachine};
-use banlieue_controller::controllers::in_use::{FINALIZER as IN_USE, PROTECTED_SECRET};
+use banlieue_controller::{IN_USE_FINALIZER as IN_USE, PROTECTED_SECRET};
 use banlieue_libvirt::Libvirt;
 use banlieue_tests::control::{libvirt_fixtures, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, within, TestEnv};

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use banlieue_api::{VirtualMachine, VirtualMachinePool};
-use banlieue_controller::controllers::pool::{member, plan, POOL_LABEL, REVISION_LABEL};
+use banlieue_controller::pool::{member, plan, POOL_LABEL, REVISION_LABEL};
 use banlieue_libvirt::Libvirt;
 use banlieue_tests::control::{apply, libvirt_fixtures, libvirt_test_node, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, within, TestEnv};

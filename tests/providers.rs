@@ -824,7 +824,7 @@ async fn a_provider_operation_limit_makes_its_vms_take_turns_on_libvirtd() -> an
 /// duration and finishes its VMs; libvirtd saw every domain defined once.
 #[tokio::test]
 async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_other() -> anyhow::Result<()> {
-    use banlieue_controller::framework::shards::{shard_of, Sharding};
+    use banlieue_controller::{shard_of, Sharding};
     const SHARDS: u32 = 8;
     const LEASE: Duration = Duration::from_secs(3);
     let env = TestEnv::start("shards").await?;
@@ -840,7 +840,7 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
     let b = ControlPlane::start_as_installed_with(&env, replica("replica-b")).await?;
     // Every sharded process (the controller and provider roles of each replica, or one
     // process per replica on an external cluster), by replica.
-    let sharded = |cp: &ControlPlane| -> Vec<std::sync::Arc<banlieue_controller::framework::shards::Shards>> {
+    let sharded = |cp: &ControlPlane| -> Vec<std::sync::Arc<banlieue_controller::Shards>> {
         use banlieue_controller::Role;
         let all = if cp.roles.is_empty() {
             vec![cp.ctx.clone()]

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use banlieue_controller::framework::shards::Sharding;
+use banlieue_controller::Sharding;
 use banlieue_controller::{Context, Options, Roles};
 use banlieue_tests::bench::{env_or, median, ChildApiServer};
 use banlieue_tests::control::{apply, guests_dist, libvirt_test_node};

@@ -97,9 +97,9 @@ impl TestEnv {
     /// its own embedded server, the default one (as installed from `deploy/`, whose RBAC
     /// names the default installation's Leases: the suites that run the roles as their
     /// ServiceAccounts depend on it). `tests/installations.rs` runs named ones on both.
-    pub fn installation(&self) -> banlieue_controller::framework::installation::Installation {
+    pub fn installation(&self) -> banlieue_controller::Installation {
         let name = Self::external().then_some(self.instance.as_str());
-        banlieue_controller::framework::installation::Installation::new(name).expect("test instance names are valid")
+        banlieue_controller::Installation::new(name).expect("test instance names are valid")
     }
 
     /// `object` labelled as belonging to this test's installation (unchanged for the default one).

@@ -309,13 +309,13 @@ async fn move_objects(source: &kube::Client, target: &kube::Client, namespaces: 
             let established = kube::runtime::wait::await_condition(crds.clone(), &name, kube::runtime::wait::conditions::is_crd_established());
             tokio::time::timeout(Duration::from_secs(30), established).await.with_context(|| format!("CRD {name} not established in the target within 30s"))??;
         }
-        let r = banlieue_controller::framework::infra_kinds::machine_resource(prefix);
+        let r = banlieue_controller::machine_resource(prefix);
         for ns in namespaces {
             for o in Api::<DynamicObject>::namespaced_with(source.clone(), ns, &r).list(&ListParams::default()).await?.items {
                 let (mut value, status) = portable(&o);
-                let backend_uid = banlieue_controller::controllers::machine::backend_uid(&o);
-                value["metadata"]["annotations"][banlieue_controller::controllers::machine::BACKEND_UID] = json!(backend_uid);
-                value["metadata"]["annotations"][banlieue_controller::controllers::capi::contract::PAUSED_ANNOTATION] = json!("banlieue bootstrap: moving");
+                let backend_uid = banlieue_controller::backend_uid(&o);
+                value["metadata"]["annotations"][banlieue_controller::BACKEND_UID] = json!(backend_uid);
+                value["metadata"]["annotations"][banlieue_controller::PAUSED_ANNOTATION] = json!("banlieue bootstrap: moving");
                 let owner = o.owner_references().iter().find(|r| r.kind == "VirtualMachine").map(|r| r.name.clone());
                 value["metadata"]["ownerReferences"] = json!([]);
                 put(&Api::namespaced_with(target.clone(), ns, &r), &value, status.as_ref(), &mut moved).await?;
@@ -335,7 +335,7 @@ async fn move_objects(source: &kube::Client, target: &kube::Client, namespaces: 
     // Each Machine owned by its VM again, then let go.
     for (r, ns, name, owner) in machines {
         let api: Api<DynamicObject> = Api::namespaced_with(target.clone(), &ns, &r);
-        let mut patch = json!({"metadata": {"annotations": {banlieue_controller::controllers::capi::contract::PAUSED_ANNOTATION: null}}});
+        let mut patch = json!({"metadata": {"annotations": {banlieue_controller::PAUSED_ANNOTATION: null}}});
         if let Some(vm) = owner {
             let uid = vm_uids.get(&(ns.clone(), vm.clone())).cloned().unwrap_or_default();
             patch["metadata"]["ownerReferences"] = json!([{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": vm, "uid": uid,

@@ -1,10 +1,10 @@
 //! `deploy/base/rbac.yaml`: a ServiceAccount per role, and RBAC objects granting exactly the
-//! rules the role's code declares (`banlieue_controller::ops::permissions`).
+//! rules the role's code declares (`banlieue_controller::permissions`).
 
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use banlieue_controller::ops::permissions::{cluster_rules, namespace_rules, Role, Rule};
+use banlieue_controller::permissions::{cluster_rules, namespace_rules, Role, Rule};
 use banlieue_controller::SYSTEM_NAMESPACE;
 use serde_json::{json, Value};
 

@@ -114,7 +114,7 @@ impl RoleArgs {
             leader_election: !self.no_leader_election,
             vault,
             concurrency: self.concurrency,
-            sharding: (self.shards > 0).then(|| banlieue_controller::framework::shards::Sharding {
+            sharding: (self.shards > 0).then(|| banlieue_controller::Sharding {
                 count: self.shards,
                 lease_duration: std::time::Duration::from_secs(self.shard_lease_seconds.max(1)),
             }),
@@ -129,7 +129,7 @@ impl RoleArgs {
                 .clone()
                 .map(|registry| ImageBuildOptions { registry, exporter_image: self.image_build_exporter_image.clone() }),
             namespace: self.namespace.clone(),
-            installation: banlieue_controller::framework::installation::Installation::new(self.instance.as_deref()).map_err(|e| anyhow::anyhow!("--instance: {e}"))?,
+            installation: banlieue_controller::Installation::new(self.instance.as_deref()).map_err(|e| anyhow::anyhow!("--instance: {e}"))?,
             ..Options::default()
         })
     }

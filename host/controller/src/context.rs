@@ -54,9 +54,9 @@ pub struct Options {
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
     /// Split the `controller` and `provider` roles' work across replicas by shard leases
-    /// instead of one leader per role ([`shards`]); `None`: one leader does it all.
+    /// instead of one leader per role (`framework::shards`); `None`: one leader does it all.
     pub sharding: Option<shards::Sharding>,
-    /// The installation this process belongs to: the objects it acts on ([`installation`]).
+    /// The installation this process belongs to: the objects it acts on ([`Installation`](crate::Installation)).
     pub installation: installation::Installation,
 }
 
@@ -186,7 +186,7 @@ impl Context {
         }))
     }
 
-    /// A watch of this installation's objects (see [`installation`]).
+    /// A watch of this installation's objects (see [`Installation`](crate::Installation)).
     pub fn scope(&self) -> kube::runtime::watcher::Config {
         self.options.installation.watch(None)
     }

@@ -1,35 +1,44 @@
 //! banlieue's control plane: the reconcilers of its four roles and what they share.
 //!
-//! - [`controllers`]: one module per reconciled kind, each header naming its role;
-//! - [`framework`]: how every reconcile runs — the frame and its backoff, watches scoped to
-//!   this [installation](framework::installation), leader election, shards, throttles;
-//! - [`status`]: writing what a reconcile found — status, conditions and their reasons,
+//! - `controllers`: one module per reconciled kind, each header naming its role;
+//! - `framework`: how every reconcile runs — the frame and its backoff, watches scoped to
+//!   this installation (`framework::installation`), leader election, shards, throttles;
+//! - `status`: writing what a reconcile found — status, conditions and their reasons,
 //!   finalizers, Events;
-//! - [`sandbox`]: the edge to the components — loading them ([`sandbox::components`],
+//! - `sandbox`: the edge to the components — loading them (`sandbox::components`,
 //!   the one place a component is verified) and the grants they run with
-//!   ([`sandbox::grants`], the one place grants are built);
-//! - [`placement`]: the candidates a placement component ranks, and resolving classes
+//!   (`sandbox::grants`, the one place grants are built);
+//! - `placement`: the candidates a placement component ranks, and resolving classes
 //!   to a Provider's terms;
-//! - [`ops`]: metrics, health and the permissions each role needs.
+//! - `ops`: metrics, health and the permissions each role needs.
 //!
-//! [`run`] starts the roles asked for with a [`Context`].
+//! [`run()`] starts the roles asked for with a [`Context`].
 
-pub mod context;
-pub mod controllers;
-pub mod failure;
+mod context;
+mod controllers;
+mod failure;
 #[cfg(test)]
 mod fixtures;
-pub mod framework;
-pub mod ops;
-pub mod placement;
-pub mod run;
-pub mod sandbox;
-pub mod status;
+mod framework;
+mod ops;
+mod placement;
+mod run;
+mod sandbox;
+mod status;
 
-pub use failure::{Error, Failure};
+// What other crates use (the binary, the tests, the benchmarks); the rest is this crate's.
 pub use context::{Context, ImageBuildOptions, ImageCacheOptions, Options, VaultAccess};
+pub use controllers::capi::contract::PAUSED_ANNOTATION;
+pub use controllers::in_use::{FINALIZER as IN_USE_FINALIZER, PROTECTED_SECRET};
+pub use controllers::machine::{backend_uid, BACKEND_UID};
+pub use controllers::pool;
+pub use failure::{Error, Failure};
+pub use framework::infra_kinds::machine_resource;
+pub use framework::installation::Installation;
+pub use framework::leader;
+pub use framework::shards::{shard_of, Sharding, Shards};
 pub use ops::metrics::{Metrics, Readiness};
-pub use ops::permissions::Role;
+pub use ops::permissions::{self, Role};
 pub use run::{run, Roles};
 pub use sandbox::components::Components;
 

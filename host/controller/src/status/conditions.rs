@@ -83,16 +83,6 @@ fn truncate(mut s: String) -> String {
     s
 }
 
-/// Two condition lists equal apart from transition times (to skip no-op status writes).
-pub fn same(a: &[Condition], b: &[Condition]) -> bool {
-    a.len() == b.len()
-        && a.iter().all(|x| {
-            b.iter().any(|y| {
-                x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message && x.observed_generation == y.observed_generation
-            })
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
