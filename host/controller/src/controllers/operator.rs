@@ -166,3 +166,51 @@ async fn install_crds(ctx: &Context, prefix: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded() -> Loaded<()> {
+        Loaded { component: (), digest: "sha256:1".into(), verified: true, contract_version: "0.2.0".into(), limits: Default::default() }
+    }
+
+    fn source(s: &str) -> ComponentSource {
+        serde_json::from_value(serde_json::json!({"source": s})).expect("source")
+    }
+
+    fn condition(st: &ComponentStatus, type_: &str) -> (String, String) {
+        conditions::get(&st.conditions, type_).map(|c| (c.status.clone(), c.reason.clone())).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_loaded_component_says_how_it_was_verified_and_whether_its_crds_are_installed() {
+        let mut st = ComponentStatus::default();
+        let l = loaded();
+        assert_eq!(report(&mut st, &Ok(&l), &source("oci://registry.example/drivers/x:v1"), Some(2), Ok(())), Ok(()));
+        assert_eq!(condition(&st, VERIFIED), ("True".into(), "SignatureVerified".into()));
+        assert_eq!(condition(&st, READY), ("True".into(), "Loaded".into()));
+        assert_eq!((st.resolved_digest.as_deref(), st.observed_generation), (Some("sha256:1"), Some(2)));
+        assert_eq!(report(&mut st, &Ok(&l), &source("builtin:provider-libvirt"), Some(2), Err("forbidden".into())), Ok(()));
+        assert_eq!(condition(&st, VERIFIED), ("True".into(), "BuiltIn".into()));
+        assert_eq!(condition(&st, READY), ("False".into(), "CRDInstallFailed".into()));
+    }
+
+    #[test]
+    fn a_component_that_does_not_load_says_why_and_forgets_a_digest_it_cannot_vouch_for() {
+        let mut st = ComponentStatus::default();
+        let l = loaded();
+        report(&mut st, &Ok(&l), &source("oci://registry.example/drivers/x:v1"), Some(1), Ok(())).unwrap();
+        let refused = LoadError::Source(banlieue_runtime::source::SourceError::UnsignedNotAllowed("oci://registry.example/drivers/x:v2".into()));
+        let failure = report::<()>(&mut st, &Err(&refused), &source("oci://registry.example/drivers/x:v2"), Some(2), Ok(())).unwrap_err();
+        assert_eq!((failure.reason, failure.retry), (Reason::Unsigned, false));
+        assert_eq!(condition(&st, VERIFIED), ("False".into(), "Unsigned".into()));
+        assert_eq!(st.resolved_digest, None, "the digest that ran before is not vouched for any more");
+        let mut st = ComponentStatus::default();
+        let pull = LoadError::PullSecret("Secret infra/pull not found".into());
+        let failure = report::<()>(&mut st, &Err(&pull), &source("oci://registry.example/drivers/x:v1"), Some(1), Ok(())).unwrap_err();
+        assert!(failure.retry, "a pull secret may appear");
+        assert_eq!(condition(&st, VERIFIED), ("False".into(), "NotLoaded".into()));
+        assert_eq!(condition(&st, READY), ("False".into(), "PullSecretInvalid".into()));
+    }
+}

@@ -210,3 +210,32 @@ fn slot<T>(map: &Mutex<HashMap<String, (String, Slot<T>)>>, key: &str, spec: &Co
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_oci::Error as O;
+    use banlieue_runtime::CallError;
+    use source::SourceError as S;
+
+    #[test]
+    fn a_load_failure_says_its_reason_and_whether_it_may_clear_by_itself() {
+        let cases = [
+            (LoadError::Source(S::UnsignedNotAllowed("oci://r/x".into())), Reason::Unsigned, false),
+            (LoadError::Source(S::Oci(O::Unsigned { repository: "r/x".into(), digest: "sha256:1".into() })), Reason::Unsigned, false),
+            (LoadError::Source(S::Oci(O::SignatureMismatch { digest: "sha256:1".into(), checked: 1 })), Reason::VerificationFailed, false),
+            (LoadError::Source(S::Oci(O::DigestMismatch("tampered".into()))), Reason::VerificationFailed, false),
+            // A registry down, or the artifact not pushed yet: it may come.
+            (LoadError::Source(S::Oci(O::Registry("connection refused".into()))), Reason::FetchFailed, true),
+            (LoadError::Source(S::Oci(O::NotFound("r/x:v1".into()))), Reason::FetchFailed, true),
+            (LoadError::Source(S::File { path: "/components/x.wasm".into(), error: std::io::ErrorKind::NotFound.into() }), Reason::SourceInvalid, true),
+            (LoadError::Source(S::UnknownBuiltin("nope".into())), Reason::SourceInvalid, false),
+            (LoadError::PullSecret("Secret infra/pull not found".into()), Reason::PullSecretInvalid, true),
+            (LoadError::CapabilitiesNotAllowed("libvirt".into(), "http".into()), Reason::CapabilitiesNotAllowed, false),
+            (LoadError::Component(CallError::Trap("unreachable".into())), Reason::Trapped, false),
+        ];
+        for (e, reason, retry) in cases {
+            assert_eq!((e.reason(), e.retry()), (reason, retry), "{e}");
+        }
+    }
+}

@@ -199,3 +199,55 @@ pub fn failure_domains(spec: &InfraClusterSpec, providers: &[Provider]) -> Resul
     domains.truncate(MAX_FAILURE_DOMAINS);
     Ok((domains, missing))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn providers() -> Vec<Provider> {
+        vec![
+            crate::fixtures::provider("team", "kvm-a", true, json!([{"name": "rack1", "labels": {"zone": "z1"}, "capacity": {}}])),
+            crate::fixtures::provider("team", "kvm-b", true, json!([{"name": "rack2", "labels": {"zone": "z2"}, "capacity": {}}])),
+        ]
+    }
+
+    fn spec(v: serde_json::Value) -> InfraClusterSpec {
+        serde_json::from_value(v).expect("spec")
+    }
+
+    #[test]
+    fn failure_domains_come_from_the_selected_providers_with_control_planes_where_allowed() {
+        let (all, missing) = failure_domains(&spec(json!({"controlPlaneSelector": {"matchLabels": {"zone": "z1"}}})), &providers()).unwrap();
+        let names: Vec<(&str, Option<bool>)> = all.iter().map(|d| (d.name.as_str(), d.control_plane)).collect();
+        assert_eq!(names, [("kvm-a/rack1", Some(true)), ("kvm-b/rack2", Some(false))]);
+        assert!(missing.is_empty());
+        let a = &all[0].attributes;
+        assert_eq!((a[PROVIDER_ATTRIBUTE].as_str(), a[BACKEND_DOMAIN_ATTRIBUTE].as_str(), a[PROVIDER_CLASS_ATTRIBUTE].as_str(), a["zone"].as_str()), ("kvm-a", "rack1", "libvirt", "z1"));
+
+        let (selected, _) = failure_domains(&spec(json!({"providerSelector": {"matchLabels": {"site": "kvm-b"}}})), &providers()).unwrap();
+        assert_eq!(selected.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["kvm-b/rack2"]);
+        let (named, missing) = failure_domains(&spec(json!({"providerRefs": [{"name": "kvm-a"}, {"name": "gone"}]})), &providers()).unwrap();
+        assert_eq!((named.len(), missing), (1, vec!["gone".to_string()]));
+        let bad = failure_domains(&spec(json!({"providerSelector": {"matchExpressions": [{"key": "site", "operator": "Near", "values": ["x"]}]}})), &providers());
+        assert!(bad.is_err_and(|e| e.contains("spec.providerSelector")));
+    }
+
+    #[test]
+    fn a_cluster_is_provisioned_once_it_has_domains_and_an_endpoint_and_stays_so() {
+        let mut st = InfraClusterStatus::default();
+        let waiting = aggregate(&spec(json!({})), &providers(), false, &mut st);
+        assert_eq!((waiting.0, waiting.1), (false, Reason::WaitingForControlPlaneEndpoint));
+        assert_eq!(st.failure_domains.len(), 2);
+        let endpoint = spec(json!({"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}}));
+        let ready = aggregate(&endpoint, &providers(), false, &mut st);
+        assert_eq!((ready.0, ready.1), (true, Reason::Provisioned));
+        assert_eq!((st.initialization.as_ref().and_then(|i| i.provisioned), st.ready), (Some(true), Some(true)));
+        let lost = aggregate(&spec(json!({"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}, "providerRefs": [{"name": "gone"}]})), &providers(), false, &mut st);
+        assert_eq!((lost.0, lost.1), (false, Reason::ProviderNotFound));
+        assert_eq!(st.initialization.as_ref().and_then(|i| i.provisioned), Some(true), "provisioned never goes back");
+        let mut hosted = InfraClusterStatus::default();
+        aggregate(&endpoint, &providers(), true, &mut hosted);
+        assert_eq!(hosted.ready, None, "k0smotron writes status.ready on the clusters it manages");
+    }
+}

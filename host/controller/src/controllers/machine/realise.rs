@@ -96,3 +96,47 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
     };
     conditions::set(&mut st.conditions, READY, ready, reason, message, generation);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(power: PowerState) -> InfraMachineSpec {
+        serde_json::from_value(serde_json::json!({"failureDomain": "rack1", "vm": {"powerState": power}})).expect("spec")
+    }
+
+    fn observed(provisioned: bool, power: wit::PowerState, phase: wit::MachinePhase) -> MachineStatus {
+        MachineStatus {
+            provider_id: "libvirt://1234".into(),
+            power_state: power,
+            addresses: vec![wit::Address { type_: wit::AddressType::InternalIp, address: "192.168.123.10".into() }],
+            conditions: vec![wit::Condition { type_: "GuestAgent".into(), status: wit::ConditionStatus::True, reason: "Connected".into(), message: "qemu-ga".into() }],
+            provisioned,
+            phase,
+        }
+    }
+
+    fn condition<'a>(st: &'a InfraMachineStatus, type_: &str) -> (&'a str, &'a str) {
+        let c = conditions::get(&st.conditions, type_).unwrap_or_else(|| panic!("no {type_}"));
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn a_machine_is_ready_only_provisioned_and_powered_as_asked_and_says_why_not() {
+        let mut st = InfraMachineStatus::default();
+        apply_observed(&mut st, &spec(PowerState::PoweredOn), &observed(true, wit::PowerState::PoweredOn, wit::MachinePhase::Running), Some(3));
+        assert_eq!(condition(&st, READY), ("True", "PoweredOn"));
+        assert_eq!(condition(&st, PROVISIONED), ("True", "Provisioned"));
+        assert_eq!(condition(&st, "GuestAgent"), ("True", "Connected"), "the driver's own conditions, as it said them");
+        assert_eq!((st.addresses.len(), st.failure_domain.as_deref(), st.observed_generation), (1, Some("rack1"), Some(3)));
+        assert_eq!(st.initialization.as_ref().and_then(|i| i.provisioned), Some(true));
+
+        apply_observed(&mut st, &spec(PowerState::PoweredOn), &observed(true, wit::PowerState::PoweredOff, wit::MachinePhase::PoweredOff), Some(3));
+        assert_eq!(condition(&st, READY), ("False", "PowerStateMismatch"), "powered off while the spec asks for on");
+        apply_observed(&mut st, &spec(PowerState::PoweredOn), &observed(true, wit::PowerState::PoweredOff, wit::MachinePhase::PoweringOn), Some(3));
+        assert_eq!(condition(&st, READY), ("False", "PoweringOn"), "on its way: the phase says so");
+        apply_observed(&mut st, &spec(PowerState::PoweredOn), &observed(false, wit::PowerState::PoweredOff, wit::MachinePhase::Cloning), Some(3));
+        assert_eq!(condition(&st, READY), ("False", "Cloning"));
+        assert_eq!(condition(&st, PROVISIONED), ("False", "Provisioning"));
+    }
+}
