@@ -269,46 +269,6 @@ async fn a_missing_template_is_invalid_and_creates_nothing() {
     assert_eq!(vc.vm_names().await.unwrap(), before);
 }
 
-/// The machine's disks as declared, on vcsim's own view of the VM: the boot disk grown to
-/// its size, a further disk added on its datastore; a create again changes nothing; a boot
-/// disk declared smaller than the VM's is refused, and a disk on a datastore the cluster
-/// lacks before anything is cloned.
-#[tokio::test]
-async fn disks_are_made_as_declared_and_never_shrunk() {
-    let vc = Vcsim::start().await.unwrap();
-    let store = SessionStore::new();
-    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
-    let before = vc.vm_names().await.unwrap();
-    let mut m = machine(vcsim::TEMPLATE);
-    m.disks = vec![
-        Disk { name: "root".into(), size_gib: 12, target: "LocalDS_0".into() },
-        Disk { name: "data".into(), size_gib: 3, target: "LocalDS_0".into() },
-    ];
-    if let Err(e) = d.create(&cfg, &m, limits(), g.clone()).await {
-        panic!("{e}\n{}", vc.log());
-    }
-    let vm = vc.find_vm(UID).await.unwrap().expect("the VM");
-    let disks = vc.virtual_disks(&vm).await.unwrap();
-    assert_eq!(disks.iter().map(|(kib, _)| *kib).collect::<Vec<_>>(), [12 << 20, 3 << 20], "{disks:?}");
-    assert!(disks[1].1.starts_with("[LocalDS_0]"), "the data disk is on its datastore: {disks:?}");
-    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
-    assert_eq!(vc.virtual_disks(&vm).await.unwrap(), disks, "a create again changes nothing");
-    // Declared smaller (the VM off, so its disks would be changed): refused, nothing shrunk.
-    d.set_power(&cfg, &machine_ref(), PowerState::PoweredOff, off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
-    m.disks[0].size_gib = 5;
-    let e = d.create(&cfg, &m, limits(), g.clone()).await.unwrap_err();
-    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(msg)) if msg.contains("never shrunk") && msg.contains("at least 12 GiB")), "{e}");
-    assert_eq!(vc.virtual_disks(&vm).await.unwrap(), disks);
-    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
-    assert_eq!(vc.vm_names().await.unwrap(), before);
-
-    let mut nowhere = machine(vcsim::TEMPLATE);
-    nowhere.disks.push(Disk { name: "data".into(), size_gib: 1, target: "no-such-datastore".into() });
-    let e = d.create(&cfg, &nowhere, limits(), g).await.unwrap_err();
-    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("disk data") && m.contains("no-such-datastore")), "{e}");
-    assert_eq!(vc.vm_names().await.unwrap(), before, "nothing was cloned for a machine refused");
-}
-
 fn image_request(name: &str, digest: &str, datastore: &str) -> banlieue_runtime::provider::ImageRequest {
     banlieue_runtime::provider::ImageRequest {
         name: name.into(),

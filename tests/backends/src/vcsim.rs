@@ -241,39 +241,6 @@ impl Vcsim {
             .and_then(|n| child_text(n, "value")))
     }
 
-    /// What vcsim logged (a fault it hit says why).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-
-    /// A VM's virtual disks as vcsim reports them (`config.hardware.device`): capacity in
-    /// KiB and backing file, in controller and unit order.
-    pub async fn virtual_disks(&self, vm: &str) -> anyhow::Result<Vec<(u64, String)>> {
-        let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;
-        let doc = roxmltree::Document::parse(&xml)?;
-        let text = |n: roxmltree::Node, path: &[&str]| {
-            let mut n = n;
-            for p in path {
-                n = n.children().find(|c| c.has_tag_name(*p))?;
-            }
-            n.text().map(str::to_string)
-        };
-        let mut disks: Vec<(i64, i64, u64, String)> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("VirtualDevice") && n.attributes().any(|a| a.name() == "type" && a.value() == "VirtualDisk"))
-            .filter_map(|n| {
-                Some((
-                    text(n, &["controllerKey"])?.parse().ok()?,
-                    text(n, &["unitNumber"])?.parse().ok()?,
-                    text(n, &["capacityInKB"])?.parse().ok()?,
-                    text(n, &["backing", "fileName"]).unwrap_or_default(),
-                ))
-            })
-            .collect();
-        disks.sort();
-        Ok(disks.into_iter().map(|(_, _, kib, file)| (kib, file)).collect())
-    }
-
     /// The guest IP addresses vcsim reports for a VM (`guest.net[].ipAddress`).
     pub async fn guest_ips(&self, vm: &str) -> anyhow::Result<Vec<String>> {
         let xml = self.call(&props_request("VirtualMachine", vm, &["guest.net"])).await?;
