@@ -135,7 +135,8 @@ async fn converge(env: &TestEnv, vc: &Vcsim, pve: &FakePve, declared: &Declared,
         }
         if started.elapsed() > Duration::from_secs(300) {
             let (v, p) = backend_vms(env, vc, pve).await?;
-            anyhow::bail!("{what}: not converged within 300 s on {} declared VMs; vSphere holds {v:?}, Proxmox VE {p:?}", declared.len());
+            let waiting = banlieue_tests::faults::not_ready(env).await?;
+            anyhow::bail!("{what}: not converged within 300 s on {} declared VMs; vSphere holds {v:?}, Proxmox VE {p:?}; not Ready: {waiting:?}", declared.len());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -82,6 +82,26 @@ pub async fn ready_vms(env: &TestEnv) -> anyhow::Result<(usize, BTreeMap<String,
     Ok((listed.len(), ready))
 }
 
+/// Why the namespace's VMs that are not Ready are not: `name: reason: message` each, for a
+/// convergence timeout to say what it waited on.
+pub async fn not_ready(env: &TestEnv) -> anyhow::Result<Vec<String>> {
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    Ok(vms
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|v| {
+            let ready = v.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+            match ready {
+                Some(c) if c.status == "True" => None,
+                Some(c) => Some(format!("{}: {}: {}", v.name_any(), c.reason, c.message)),
+                None => Some(format!("{}: no Ready condition", v.name_any())),
+            }
+        })
+        .collect())
+}
+
 /// The Machine UID each VM's backend VM was first made for: the same VM converged later on
 /// another one had its backend VM made a second time.
 #[derive(Debug, Default)]

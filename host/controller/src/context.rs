@@ -15,11 +15,11 @@ use banlieue_secrets::VaultClient;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 
+use crate::FIELD_MANAGER;
 use crate::framework::{installation, shards, throttle};
 use crate::ops::metrics::{Metrics, Readiness};
 use crate::sandbox::components::Components;
 use crate::status::reasons;
-use crate::FIELD_MANAGER;
 
 /// How often each Provider is probed by default (capacity, and whether its credentials rotated).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(60);

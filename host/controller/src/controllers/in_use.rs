@@ -26,9 +26,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
+use crate::framework::reconciler::Outcome;
 use crate::status::conditions::{self, READY};
 use crate::status::reasons::Reason;
-use crate::framework::reconciler::Outcome;
 use crate::status::{self, finalizer};
 use crate::{Context, Error};
 

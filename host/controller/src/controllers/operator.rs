@@ -16,12 +16,12 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::{Resource, ResourceExt};
 
-use crate::status;
+use crate::failure::{Cause, Failure};
+use crate::framework::reconciler::{cached, Frame, Outcome};
 use crate::sandbox::components::{LoadError, Loaded};
 use crate::status::conditions::{self, READY, VERIFIED};
 use crate::status::reasons::Reason;
-use crate::failure::{Cause, Failure};
-use crate::framework::reconciler::{cached, Frame, Outcome};
+use crate::status;
 use crate::{Context, Error, FIELD_MANAGER};
 
 /// One frame per kind the operator reconciles.

@@ -25,9 +25,9 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use crate::status;
-use crate::status::conditions::{self, READY};
 use crate::framework::reconciler::{Frame, Outcome};
+use crate::status::conditions::{self, READY};
+use crate::status;
 use crate::{Context, Error};
 
 /// How often refused credentials are re-read to notice that they were fixed.

@@ -18,10 +18,10 @@ use banlieue_api::common::NameRef;
 use banlieue_api::PlacementPolicy;
 use kube::Api;
 
-use crate::status::conditions::{self, READY};
-use crate::failure::{api_failure, Failure};
-use crate::status::reasons::Reason;
 use crate::Context;
+use crate::failure::{api_failure, Failure};
+use crate::status::conditions::{self, READY};
+use crate::status::reasons::Reason;
 
 /// Labels every candidate carries besides its failure domain's own.
 pub const PROVIDER_LABEL: &str = "banlieue.io/provider";

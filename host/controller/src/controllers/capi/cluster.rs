@@ -30,10 +30,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::contract::{self, cluster_of, paused, MANAGED_BY, PAUSED_CONDITION};
-use crate::status::conditions::{self, READY};
-use crate::status::reasons::Reason;
 use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::placement::scheduling::{FAILURE_DOMAIN_LABEL, PROVIDER_LABEL};
+use crate::status::conditions::{self, READY};
+use crate::status::reasons::Reason;
 use crate::{status, Context, Error};
 
 /// The `cluster.x-k8s.io/managed-by` annotation value of clusters whose control plane

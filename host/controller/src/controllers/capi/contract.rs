@@ -12,8 +12,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::ResourceExt;
 
-pub use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::Context;
+pub use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 
 /// CAPI core's API group and the version banlieue reads.
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";

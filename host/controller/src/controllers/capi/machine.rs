@@ -33,13 +33,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::contract::{self, cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
 use super::cluster::{BACKEND_DOMAIN_ATTRIBUTE, PROVIDER_ATTRIBUTE};
-use crate::status::conditions::{self, READY};
+use super::contract::{self, cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
 use crate::failure::{api_failure, Failure};
-use crate::status::reasons::Reason;
 use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::placement::{resolve, scheduling};
+use crate::status::conditions::{self, READY};
+use crate::status::reasons::Reason;
 use crate::{status, Context, Error};
 
 /// What a machine waits for in the normal course of things (Normal events, not failures).

@@ -11,9 +11,9 @@ use kube::api::{Api, DynamicObject};
 use kube::ResourceExt;
 
 use super::backend_uid;
+use crate::Context;
 use crate::failure::{api_failure, Failure};
 use crate::status::reasons::Reason;
-use crate::Context;
 
 /// The driver's view of the machine; user-data is read from its Secret here, by the host.
 pub(super) async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMachineSpec) -> Result<Machine, Failure> {

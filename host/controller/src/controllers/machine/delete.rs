@@ -7,12 +7,12 @@ use kube::Resource;
 
 use super::convert::power_off;
 use super::{after_failure, backend, backend_uid, machine_ref, operation, status, write_status, Shared, FINALIZER};
+use crate::Error;
 use crate::failure::Failure;
 use crate::framework::reconciler::Outcome;
 use crate::status::conditions::{self, READY};
 use crate::status::finalizer;
 use crate::status::reasons::Reason;
-use crate::Error;
 
 /// Teardown behind the finalizer: the backend VM goes first, then the finalizer.
 pub(super) async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Shared, api: &Api<DynamicObject>) -> Result<Outcome, Error> {

@@ -30,14 +30,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use crate::status;
-use crate::status::conditions::{self, READY};
-use crate::failure::Failure;
-use crate::status::reasons::Reason;
-use crate::framework::reconciler::{cached, dynamic_controller, CachesReady, Frame, Outcome};
 use crate::controllers::capi::contract;
+use crate::failure::Failure;
 use crate::framework::infra_kinds;
+use crate::framework::reconciler::{cached, dynamic_controller, CachesReady, Frame, Outcome};
+use crate::status::conditions::{self, READY};
 use crate::status::finalizer;
+use crate::status::reasons::Reason;
+use crate::status;
 use crate::{Context, Error};
 
 mod convert;

@@ -10,11 +10,11 @@ use kube::Resource;
 
 use super::convert::{address, api_phase, api_power, power_off, wit_machine, wit_power};
 use super::{call, machine_ref, operation};
+use crate::Context;
 use crate::failure::Failure;
 use crate::sandbox::grants::Backend;
 use crate::status::conditions::{self, PROVISIONED, READY};
 use crate::status::reasons::Reason;
-use crate::Context;
 
 /// Bring the backend VM to the spec: create (idempotent), then power and restart.
 pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, st: &mut InfraMachineStatus, b: &Backend) -> Result<MachineStatus, Failure> {

@@ -36,9 +36,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
+use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
 use crate::status::conditions::{self, READY, SCHEDULED};
 use crate::status::reasons::Reason;
-use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
 use crate::{status, Context, Error, FIELD_MANAGER};
 
 pub const POOL_LABEL: &str = "banlieue.io/pool";

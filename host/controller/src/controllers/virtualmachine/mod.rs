@@ -35,16 +35,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use crate::status;
 use self::assumed::Assumed;
-use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
-use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::failure::{api_failure, Failure};
-use crate::status::reasons::Reason;
-use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
+use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::framework::infra_kinds;
+use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::placement::scheduling;
+use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::status::finalizer;
+use crate::status::reasons::Reason;
+use crate::status;
 use crate::{Context, Error, FIELD_MANAGER};
 
 pub const FINALIZER: &str = "banlieue.io/virtualmachine";

@@ -22,9 +22,9 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::framework::reconciler::Outcome;
 use crate::status::conditions;
 use crate::status::reasons::Reason;
-use crate::framework::reconciler::Outcome;
 use crate::{Context, Error, ImageBuildOptions, SYSTEM_NAMESPACE};
 
 /// The condition saying whether the build produced a disk.

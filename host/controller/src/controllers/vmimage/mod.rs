@@ -37,10 +37,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use crate::status::conditions::{self, READY};
 use crate::failure::{Cause, Failure};
-use crate::status::reasons::Reason;
 use crate::framework::reconciler::{Frame, Outcome, Retried};
+use crate::status::conditions::{self, READY};
+use crate::status::reasons::Reason;
 use crate::status::{self, finalizer};
 use crate::{Context, Error};
 

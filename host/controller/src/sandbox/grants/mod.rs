@@ -27,9 +27,9 @@ use banlieue_runtime::provider::ProviderConfig;
 use banlieue_secrets::KubernetesSecret;
 use kube::ResourceExt;
 
+use crate::Context;
 use crate::failure::{api_failure, Cause, Failure};
 use crate::status::reasons::Reason;
-use crate::Context;
 
 /// A grant that cannot be made; the reason goes on the Provider's condition.
 #[derive(Debug, thiserror::Error)]

@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::ResourceExt;
 
-use crate::sandbox::grants::GrantError;
 use crate::Context;
+use crate::sandbox::grants::GrantError;
 
 /// Where a pod's service-account token is mounted (the Kubernetes auth method's JWT).
 pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
