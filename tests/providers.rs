@@ -827,6 +827,8 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
     use banlieue_controller::{shard_of, Sharding};
     const SHARDS: u32 = 8;
     const LEASE: Duration = Duration::from_secs(3);
+    // Kept for the failure message of a VM that does not converge.
+    let logs = banlieue_tests::ThreadLogs::capture("banlieue_controller=debug,kube_runtime=debug");
     let env = TestEnv::start("shards").await?;
     env.install_crds().await?;
     let lv = Libvirtd::shared()?;
@@ -894,7 +896,11 @@ async fn two_replicas_split_the_providers_and_a_killed_ones_shards_move_to_the_o
         names.push(name);
     }
     for name in &names {
-        wait_for(&vms, name, 60, "Ready", is_ready).await?;
+        wait_for(&vms, name, 60, "Ready", is_ready).await.with_context(|| {
+            let held: Vec<_> = shards_a.iter().chain(&shards_b).map(|s| s.held()).collect();
+            let shard = shard_of(&format!("{}/{name}", env.ns), SHARDS);
+            format!("{name} (shard {shard}; held by a's roles then b's: {held:?}); its logs:\n{}\nshard logs:\n{}", logs.last_with(name, 60), logs.last_with("shard=", 40))
+        })?;
     }
     // Each replica reached the backends of its own Providers only.
     let keys = |names: &[String]| names.iter().map(|p| format!("{}/{p}", env.ns)).collect::<Vec<_>>();

@@ -360,6 +360,47 @@ fn tracing_init() -> Result<(), ()> {
     Ok(())
 }
 
+/// What this thread logs at `filter`, kept in memory for a failure message. The roles a
+/// test runs in-process are tasks of its current-thread runtime, so they log here; other
+/// tests of the binary (other threads) do not.
+pub struct ThreadLogs {
+    buffer: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    _default: Box<dyn std::any::Any>,
+}
+
+impl ThreadLogs {
+    pub fn capture(filter: &str) -> ThreadLogs {
+        use tracing_subscriber::util::SubscriberInitExt;
+        let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(move || LogSink(sink.clone()))
+            .with_ansi(false)
+            .finish();
+        ThreadLogs { buffer, _default: Box::new(subscriber.set_default()) }
+    }
+
+    /// The last `n` lines that contain `needle`.
+    pub fn last_with(&self, needle: &str, n: usize) -> String {
+        let all = String::from_utf8_lossy(&self.buffer.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+        let lines: Vec<&str> = all.lines().filter(|l| l.contains(needle)).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+struct LogSink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Collect a watch stream's events until `pred` holds, within `secs` seconds.
 pub async fn watch_until<S, T>(stream: S, secs: u64, mut pred: impl FnMut(&[T]) -> bool) -> anyhow::Result<Vec<T>>
 where
