@@ -313,6 +313,66 @@ async fn missing_references_and_unsatisfiable_classes_are_reported_and_recovered
     Ok(())
 }
 
+/// Static addresses end to end on libvirt's test driver: a mistake and a second VM on the
+/// same address are reported on `AddressesReady` and make nothing; a good declaration reaches
+/// the Machine and, through the driver, the domain libvirt holds (its network-config and the
+/// MAC it matches); the declared address shows in the VM's status before the guest reports
+/// it; and the older VM keeps its address when a younger one is refused.
+#[tokio::test]
+async fn static_addresses_reach_the_domain_and_mistakes_make_nothing() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-addresses").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let addressing = |name: &str, address: &str, gateway: &str| {
+        json!({"desiredPowerState": "PoweredOff", "network": {"interfaces": [{"name": name, "addresses": [address], "gateway": gateway, "nameservers": ["10.9.0.2"]}]}})
+    };
+    let reason_is = |reason: &'static str| {
+        move |v: Option<&VirtualMachine>| v.and_then(|v| condition(v, "AddressesReady")).is_some_and(|(s, r, _)| s == "False" && r == reason)
+    };
+
+    // Mistakes: each names its field; no Machine is made.
+    env.apply(vm(&env, "bad", addressing("eth9", "10.9.0.5/24", "10.9.0.1"))).await?;
+    let v = wait_for(&vms, "bad", 30, "InvalidNetwork", reason_is("InvalidNetwork")).await?;
+    assert!(condition(&v, "AddressesReady").unwrap().2.contains("spec.network.interfaces[0].name"), "{:?}", condition(&v, "AddressesReady"));
+    env.apply(vm(&env, "bad", addressing("eth0", "10.9.0.5/24", "10.8.0.1"))).await?;
+    let v = wait_for(&vms, "bad", 30, "the gateway named", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| condition(v, "AddressesReady")).is_some_and(|(_, r, m)| r == "InvalidNetwork" && m.contains("gateway: 10.8.0.1 is outside"))
+    })
+    .await?;
+    assert_eq!(condition(&v, "Ready").map(|c| c.1), Some("InvalidNetwork".to_string()));
+    assert!(machines(&env).get_opt("bad").await?.is_none(), "nothing is made for a bad declaration");
+
+    // A good one reaches the Machine and the domain.
+    env.apply(vm(&env, "db", addressing("eth0", "10.9.0.5/24", "10.9.0.1"))).await?;
+    let v = wait_for(&vms, "db", 60, "Ready", is_ready).await?;
+    let m = machines(&env).get("db").await?;
+    assert_eq!(m.data["spec"]["vm"]["nics"][0]["addresses"], json!(["10.9.0.5/24"]), "{}", m.data["spec"]);
+    assert_eq!(m.data["spec"]["vm"]["nics"][0]["gateway"], "10.9.0.1");
+    let addresses: Vec<&str> = v.status.as_ref().unwrap().addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(addresses.first(), Some(&"10.9.0.5"), "the declared address shows first: {addresses:?}");
+    let (status, reason, message) = condition(&v, "AddressesReady").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "WaitingForAddress"), "the test driver's guest never reports it: {message}");
+    let libvirt = banlieue_libvirt::Connections::new().get(DEFAULT_URI).await?;
+    let xml = libvirt.domain_xml(&format!("{}_db", env.ns)).await?;
+    let mac = xml.split("<mac address=").nth(1).and_then(|r| r.get(1..18)).expect("a MAC");
+    let encoded = xml.split("<banlieue:network-config").nth(1).and_then(|r| r.split_once('>')).and_then(|(_, r)| r.split('<').next()).expect("the network-config");
+    use base64::Engine as _;
+    let config: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?;
+    assert_eq!(config["ethernets"]["eth0"]["match"]["macaddress"], mac, "{config}");
+    assert_eq!(config["ethernets"]["eth0"]["addresses"], json!(["10.9.0.5/24"]), "{config}");
+    assert_eq!(config["ethernets"]["eth0"]["nameservers"]["addresses"], json!(["10.9.0.2"]), "{config}");
+
+    // A younger VM on the same address is refused; the older keeps it.
+    env.apply(vm(&env, "copy", addressing("eth0", "10.9.0.5/24", "10.9.0.1"))).await?;
+    let v = wait_for(&vms, "copy", 30, "AddressConflict", reason_is("AddressConflict")).await?;
+    assert!(condition(&v, "AddressesReady").unwrap().2.contains("\"db\""), "names the VM holding it: {:?}", condition(&v, "AddressesReady"));
+    assert!(machines(&env).get_opt("copy").await?.is_none());
+    assert!(is_ready(vms.get_opt("db").await?.as_ref()), "the older VM is untouched");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() -> anyhow::Result<()> {
     let env = TestEnv::start("hostile").await?;

@@ -149,6 +149,9 @@ async fn a_vm_lives_and_dies_on_vsphere() -> anyhow::Result<()> {
     assert_eq!(vc.extra_config(&moref, "guestinfo.userdata").await?, Some(b64(USER_DATA)));
     assert_eq!(vc.vm_property(&moref, "config.hardware.numCPU").await?.as_deref(), Some("2"));
     assert_eq!(vc.vm_property(&moref, "config.hardware.memoryMB").await?.as_deref(), Some("2048"));
+    // The boot disk as the class declares it (10 GiB), not the template's size.
+    let disks = vc.virtual_disks(&moref).await?;
+    assert_eq!(disks.iter().map(|(kib, _)| *kib).collect::<Vec<_>>(), [10 << 20], "{disks:?}");
     let ips = vc.guest_ips(&moref).await?;
     assert!(!ips.is_empty(), "vcsim reports a guest IP");
     let addresses: Vec<&str> = status.addresses.iter().map(|a| a.address.as_str()).collect();
@@ -674,6 +677,51 @@ async fn a_vm_boots_on_libvirtd_with_its_user_data_and_shows_its_address() -> an
     await_deleted(&vms, "web").await?;
     assert!(lv.domains(&domain)?.is_empty());
     assert_eq!(lv.volumes(&format!("{domain}_"))?, Vec::<String>::new());
+    Ok(())
+}
+
+/// A static address reaches a booting guest on libvirtd + qemu: the seed libvirtd holds
+/// carries the network-config matching the domain's MAC, and the test guest applies that
+/// address (outside the network's DHCP range) and says so on its console. libvirtd reports
+/// no address for a guest without DHCP lease or agent, so `status.addresses` shows the
+/// declared one and `AddressesReady` stays False, saying so.
+#[tokio::test]
+async fn a_static_address_reaches_the_booting_guest_on_libvirtd() -> anyhow::Result<()> {
+    let env = TestEnv::start("static").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    // The test network is 192.168.123.0/24 with DHCP from .10: .5 is nobody's lease.
+    let network = json!({"interfaces": [{"name": "eth0", "addresses": ["192.168.123.5/24"], "gateway": "192.168.123.1"}]});
+    env.apply(vm(&env, "db", &n, KVM, json!({"network": network}))).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let domain = format!("{}_db", env.ns);
+    let booted = wait_for(&vms, "db", BOOT_SECS, "Ready", is_ready).await?;
+    // The console is a file libvirtd writes: no watch to await, so it is read until the line is there.
+    let log = banlieue_tests::within(BOOT_SECS, async {
+        loop {
+            let log = lv.serial_log(&domain);
+            if log.contains("banlieue-guest: ready") {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .with_context(|| format!("the guest did not finish booting: {}", lv.serial_log(&domain)))?;
+    assert!(log.contains("banlieue-guest: eth0 static address=192.168.123.5/24"), "{log}");
+    let config: serde_json::Value = serde_json::from_str(&lv.seed_file(&domain, "network-config")?)?;
+    assert_eq!(config["ethernets"]["eth0"]["match"]["macaddress"], lv.mac(&domain)?.as_str(), "{config}");
+    assert_eq!(config["ethernets"]["eth0"]["routes"][0]["via"], "192.168.123.1", "{config}");
+    assert_eq!(vm_addresses(&booted), ["192.168.123.5"], "the declared address, before any report");
+    let addresses_ready = booted.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "AddressesReady")).expect("AddressesReady");
+    assert_eq!((addresses_ready.status.as_str(), addresses_ready.reason.as_str()), ("False", "WaitingForAddress"), "{addresses_ready:?}");
+    assert!(addresses_ready.message.contains("192.168.123.5"), "{addresses_ready:?}");
+
+    vms.delete("db", &Default::default()).await?;
+    await_deleted(&vms, "db").await?;
+    assert!(lv.domains(&domain)?.is_empty());
     Ok(())
 }
 

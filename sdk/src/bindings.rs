@@ -32,7 +32,7 @@ pub mod placement {
     });
 }
 
-/// `banlieue:provider@0.3.0`: the provider world.
+/// `banlieue:provider@0.4.0`: the provider world.
 pub mod provider {
     wit_bindgen::generate!({
         path: ["../wit/host", "../wit/provider"],

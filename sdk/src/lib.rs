@@ -12,6 +12,7 @@ pub mod candidates;
 mod error;
 pub mod http;
 pub mod log;
+pub mod network;
 pub mod placement;
 pub mod provider;
 pub mod secrets;

@@ -7,13 +7,13 @@
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase,
-    ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
+    ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
     PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource,
 };
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {

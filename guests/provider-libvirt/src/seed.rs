@@ -16,8 +16,9 @@ pub const MAX_USER_DATA: usize = 1024 * 1024;
 const OVERHEAD: usize = 192 * 1024;
 const ALIGN: usize = 64 * 1024;
 
-/// The seed's files: NoCloud `meta-data` (YAML) and `user-data` (as given, or empty).
-pub fn files(instance_id: &str, hostname: &str, user_data: Option<&str>) -> Result<[(&'static str, Vec<u8>); 2]> {
+/// The seed's files: NoCloud `meta-data` (YAML), `user-data` (as given, or empty) and,
+/// for static addresses, `network-config`.
+pub fn files(instance_id: &str, hostname: &str, user_data: Option<&str>, network_config: Option<&str>) -> Result<Vec<(&'static str, Vec<u8>)>> {
     let user_data = user_data.unwrap_or_default();
     if user_data.len() > MAX_USER_DATA {
         return Err(Error::InvalidSpec(format!(
@@ -27,7 +28,11 @@ pub fn files(instance_id: &str, hostname: &str, user_data: Option<&str>) -> Resu
     }
     // Both values are checked Kubernetes names/UIDs: nothing in them needs YAML quoting.
     let meta = format!("instance-id: {instance_id}\nlocal-hostname: {hostname}\n");
-    Ok([("meta-data", meta.into_bytes()), ("user-data", user_data.as_bytes().to_vec())])
+    let mut files = vec![("meta-data", meta.into_bytes()), ("user-data", user_data.as_bytes().to_vec())];
+    if let Some(config) = network_config {
+        files.push(("network-config", config.as_bytes().to_vec()));
+    }
+    Ok(files)
 }
 
 /// A FAT image labelled `cidata` with `files` in its root directory.
@@ -69,7 +74,7 @@ mod tests {
     #[test]
     fn seed_holds_meta_data_and_user_data_under_the_cidata_label() {
         let user_data = "#cloud-config\n#banlieue-marker: hello\n";
-        let files = files("6f1c2a3e-1111-4222-8333-444455556666", "web-0", Some(user_data)).unwrap();
+        let files = files("6f1c2a3e-1111-4222-8333-444455556666", "web-0", Some(user_data), None).unwrap();
         let img = image(&files).unwrap();
         assert_eq!(img.len() % ALIGN, 0);
         let fs = FileSystem::new(Cursor::new(img.clone()), FsOptions::new()).unwrap();
@@ -83,13 +88,20 @@ mod tests {
     }
 
     #[test]
+    fn static_addresses_add_a_network_config() {
+        let config = r#"{"version":2,"ethernets":{}}"#;
+        let img = image(&files("id", "h", None, Some(config)).unwrap()).unwrap();
+        assert_eq!(read(&img, "network-config"), config.as_bytes());
+    }
+
+    #[test]
     fn no_user_data_is_an_empty_file_and_the_largest_fits() {
-        let img = image(&files("id", "h", None).unwrap()).unwrap();
+        let img = image(&files("id", "h", None, None).unwrap()).unwrap();
         assert!(read(&img, "user-data").is_empty());
         let big = "x".repeat(MAX_USER_DATA);
-        let img = image(&files("id", "h", Some(&big)).unwrap()).unwrap();
+        let img = image(&files("id", "h", Some(&big), None).unwrap()).unwrap();
         assert_eq!(read(&img, "user-data").len(), MAX_USER_DATA);
-        match files("id", "h", Some(&format!("{big}y"))) {
+        match files("id", "h", Some(&format!("{big}y")), None) {
             Err(Error::InvalidSpec(m)) => assert!(m.contains("at most 1048576 bytes"), "{m}"),
             other => panic!("{other:?}"),
         }

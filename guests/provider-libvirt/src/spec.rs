@@ -282,7 +282,7 @@ mod tests {
             memory_mib: 512,
             firmware: Firmware::Bios,
             disks: vec![Disk { name: "root".into(), size_gib: 10, target: "default-pool".into() }],
-            nics: vec![Nic { name: "eth0".into(), network: "default".into() }],
+            nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
             image: ImageSource::BackingFile("/images/base.qcow2".into()),
             user_data: None,
             failure_domain: "host-a".into(),

@@ -98,6 +98,17 @@ pub struct Extras<'a> {
     pub serial_log: Option<&'a str>,
 }
 
+/// The MAC of the machine's `index`-th NIC when it has static addresses (QEMU's prefix).
+pub fn mac(machine: &Machine, index: usize) -> String {
+    banlieue_sdk::network::stable_mac([0x52, 0x54, 0x00], 0xff, &machine.uid, index)
+}
+
+/// The seed's `network-config` (cloud-init version 2), when a NIC has static addresses;
+/// without, the guest keeps its default (DHCP).
+pub fn network_config(machine: &Machine) -> Option<String> {
+    banlieue_sdk::network::any_static(&machine.nics).then(|| banlieue_sdk::network::config_v2(&machine.nics, |i| mac(machine, i)).to_string())
+}
+
 /// The persistent domain for `machine`. `virt_type` is the `<domain type>`
 /// (`qemu`, or `test` for libvirt's test driver).
 pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<String> {
@@ -116,6 +127,9 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
     )?;
     if let (Some(user_data), None) = (&machine.user_data, extras.seed) {
         write!(xml, "<banlieue:user-data encoding='base64'>{}</banlieue:user-data>", base64(user_data.as_bytes()))?;
+    }
+    if let (Some(config), None) = (network_config(machine), extras.seed) {
+        write!(xml, "<banlieue:network-config encoding='base64'>{}</banlieue:network-config>", base64(config.as_bytes()))?;
     }
     xml.push_str("</banlieue:machine></metadata>");
     write!(xml, "<memory unit='MiB'>{}</memory><vcpu>{}</vcpu>", machine.memory_mib, machine.cpus)?;
@@ -144,10 +158,13 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
             disk_dev(machine.disks.len())
         )?;
     }
-    for nic in &machine.nics {
+    let pinned = banlieue_sdk::network::any_static(&machine.nics);
+    for (i, nic) in machine.nics.iter().enumerate() {
+        // With static addresses, every NIC gets the MAC the seed's network-config matches it by.
+        let mac = if pinned { format!("<mac address='{}'/>", mac(machine, i)) } else { String::new() };
         write!(
             xml,
-            "<interface type='network'><source network='{}'/><model type='virtio'/></interface>",
+            "<interface type='network'>{mac}<source network='{}'/><model type='virtio'/></interface>",
             text("network", &nic.network)?
         )?;
     }
@@ -216,7 +233,7 @@ mod tests {
                 Disk { name: "root".into(), size_gib: 10, target: "default-pool".into() },
                 Disk { name: "data".into(), size_gib: 1, target: "fast".into() },
             ],
-            nics: vec![Nic { name: "eth0".into(), network: "default".into() }],
+            nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
             image: ImageSource::BackingFile("/var/lib/images/base.qcow2".into()),
             user_data: None,
             failure_domain: "host-a".into(),
@@ -331,6 +348,29 @@ mod tests {
         assert!(!xml.contains("<evil/>"));
         m.nics[0].network = "nul\0".into();
         assert!(matches!(domain("qemu", &m, Extras::default()), Err(Error::InvalidSpec(_))));
+    }
+
+    #[test]
+    fn static_addresses_pin_each_nics_mac_and_the_network_config_matches_it() {
+        let mut m = machine();
+        assert!(!domain("test", &m, Extras::default()).unwrap().contains("<mac "), "DHCP leaves MACs to libvirt");
+        assert_eq!(network_config(&m), None);
+        m.nics.push(Nic { name: "eth1".into(), network: "default".into(), ip: None });
+        m.nics[0].ip = Some(banlieue_sdk::provider::IpConfig {
+            addresses: vec!["192.168.123.50/24".into()],
+            gateway: Some("192.168.123.1".into()),
+            nameservers: vec![],
+            search_domains: vec![],
+        });
+        let xml = domain("test", &m, Extras::default()).unwrap();
+        assert_eq!(macs(&xml), [mac(&m, 0), mac(&m, 1)]);
+        let config: serde_json::Value = serde_json::from_str(&network_config(&m).unwrap()).unwrap();
+        assert_eq!(config["ethernets"]["eth0"]["match"]["macaddress"], mac(&m, 0));
+        assert_eq!(config["ethernets"]["eth0"]["addresses"][0], "192.168.123.50/24");
+        assert_eq!(config["ethernets"]["eth1"]["dhcp4"], true);
+        assert!(xml.contains(&format!("<banlieue:network-config encoding='base64'>{}</banlieue:network-config>", base64(network_config(&m).unwrap().as_bytes()))));
+        let seeded = domain("qemu", &m, Extras { seed: Some(("p", "v")), serial_log: None }).unwrap();
+        assert!(!seeded.contains("network-config"), "with a seed, the config is in the seed");
     }
 
     #[test]

@@ -380,6 +380,34 @@ fn drive_size_gib(value: &str) -> Option<u64> {
     Some((bytes / GIB as f64).ceil() as u64)
 }
 
+/// A NIC's `ipconfigN`: DHCP, or its static addresses (PVE's cloud-init takes one IPv4
+/// and one IPv6 address per NIC, each with its gateway).
+fn ipconfig(nic: &banlieue_sdk::provider::Nic) -> Result<String> {
+    let Some(ip) = &nic.ip else { return Ok("ip=dhcp".into()) };
+    let (v6, v4): (Vec<&String>, Vec<&String>) = ip.addresses.iter().partition(|a| a.contains(':'));
+    if v4.len() > 1 || v6.len() > 1 {
+        return Err(Error::InvalidSpec(format!(
+            "nic {}: Proxmox VE's cloud-init gives a NIC one IPv4 and one IPv6 address; {} are declared",
+            nic.name,
+            ip.addresses.join(", ")
+        )));
+    }
+    let mut parts = Vec::new();
+    if let Some(a) = v4.first() {
+        parts.push(format!("ip={a}"));
+        if let Some(g) = ip.gateway.as_deref().filter(|g| !g.contains(':')) {
+            parts.push(format!("gw={g}"));
+        }
+    }
+    if let Some(a) = v6.first() {
+        parts.push(format!("ip6={a}"));
+        if let Some(g) = ip.gateway.as_deref().filter(|g| g.contains(':')) {
+            parts.push(format!("gw6={g}"));
+        }
+    }
+    Ok(parts.join(","))
+}
+
 /// Write the machine's configuration onto a cloned VM, ending with the UID tag.
 fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::provider::Condition>> {
     let cfg = pve.get(&format!("{}/config", vm.path()))?;
@@ -409,7 +437,25 @@ fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::
         let key = format!("net{i}");
         let existing = cfg.get(&key).and_then(Value::as_str);
         params.push((key, api::net_value(&nic.network, existing)));
-        params.push((format!("ipconfig{i}"), "ip=dhcp".into()));
+        params.push((format!("ipconfig{i}"), ipconfig(nic)?));
+    }
+    // DNS is one setting of the VM in PVE's cloud-init: every NIC's, in order.
+    let mut nameservers: Vec<&str> = Vec::new();
+    let mut search: Vec<&str> = Vec::new();
+    for ip in machine.nics.iter().filter_map(|n| n.ip.as_ref()) {
+        for (all, these) in [(&mut nameservers, &ip.nameservers), (&mut search, &ip.search_domains)] {
+            for v in these {
+                if !all.contains(&v.as_str()) {
+                    all.push(v);
+                }
+            }
+        }
+    }
+    if !nameservers.is_empty() {
+        params.push(("nameserver".into(), nameservers.join(" ")));
+    }
+    if !search.is_empty() {
+        params.push(("searchdomain".into(), search.join(" ")));
     }
     for i in machine.nics.len()..32 {
         if cfg.get(format!("net{i}")).is_some() {
@@ -559,11 +605,24 @@ impl Driver for Proxmox {
                 )));
             }
         }
+        // The boot disk is grown to its declared size after the clone, never shrunk: a smaller
+        // declaration is refused before anything is cloned.
+        let template_cfg = pve.get(&format!("/nodes/{}/qemu/{template_vmid}/config", api::encode(&template_node)))?;
+        if let Some(have) = boot_disk(&template_cfg).and_then(|d| drive_size_gib(api::text(&template_cfg, &d))) {
+            let want = machine.disks[0].size_gib;
+            if want > 0 && want < have {
+                return Err(Error::InvalidSpec(format!(
+                    "disk {} is {have} GiB in template {template_vmid}; {want} GiB are declared and a disk is never shrunk: declare at least {have} GiB",
+                    machine.disks[0].name
+                )));
+            }
+        }
         let nets = bridges(&pve, &target)?;
         for nic in &machine.nics {
             if !nets.contains(&nic.network) {
                 return Err(Error::InvalidSpec(format!("bridge {:?} (nic {}) does not exist on node {target}", nic.network, nic.name)));
             }
+            ipconfig(nic)?;
         }
 
         let mut created = None;
@@ -676,6 +735,25 @@ banlieue_sdk::export_provider!(Proxmox);
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn ipconfig_is_dhcp_or_one_address_per_family_with_its_gateway() {
+        let nic = |addresses: &[&str], gateway: Option<&str>| banlieue_sdk::provider::Nic {
+            name: "eth0".into(),
+            network: "vmbr0".into(),
+            ip: (!addresses.is_empty()).then(|| banlieue_sdk::provider::IpConfig {
+                addresses: addresses.iter().map(|a| a.to_string()).collect(),
+                gateway: gateway.map(str::to_string),
+                nameservers: vec![],
+                search_domains: vec![],
+            }),
+        };
+        assert_eq!(ipconfig(&nic(&[], None)).unwrap(), "ip=dhcp");
+        assert_eq!(ipconfig(&nic(&["10.0.0.5/24"], Some("10.0.0.1"))).unwrap(), "ip=10.0.0.5/24,gw=10.0.0.1");
+        assert_eq!(ipconfig(&nic(&["10.0.0.5/24", "2001:db8::5/64"], Some("2001:db8::1"))).unwrap(), "ip=10.0.0.5/24,ip6=2001:db8::5/64,gw6=2001:db8::1");
+        let e = ipconfig(&nic(&["10.0.0.5/24", "10.0.0.6/24"], None)).unwrap_err();
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("one IPv4 and one IPv6")), "{e:?}");
+    }
 
     #[test]
     fn boot_disk_follows_boot_order() {

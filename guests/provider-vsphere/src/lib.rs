@@ -37,8 +37,11 @@
 //!   if its CPUs or memory differ from the spec (vcsim ignores them in a clone
 //!   spec) and powered on if asked. A `DuplicateName` fault is ours if the VM
 //!   with our UUID exists meanwhile, otherwise the name belongs to another VM
-//!   (`invalid-spec`). Only the boot disk is realised: its size is the
-//!   template's, and further disks are not added yet (logged).
+//!   (`invalid-spec`). Then, while the VM is off, its disks are made as declared
+//!   ([`disk_changes`]): the cloned boot disk grown to `disks[0]` (never shrunk:
+//!   a smaller declaration is `invalid-spec`), each further disk added as a new
+//!   thin `VirtualDisk` on its datastore, on the boot disk's controller. They are
+//!   files of the VM, so `Destroy_Task` removes them with it.
 //! - `describe`: power state from `runtime.powerState`; addresses (InternalIP)
 //!   from `guest.ipAddress` and `guest.net[].ipAddress` (IPv6 link-local left
 //!   out), and `guest.hostName` as Hostname; the phase is `powering-on` …
@@ -62,14 +65,14 @@ use banlieue_sdk::provider::{
     MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
-use banlieue_sdk::{Error, info, warn};
+use banlieue_sdk::{Error, info};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub mod import;
 pub mod soap;
 pub mod vim;
 
-use soap::{ConfigSpec, MoRef, NetworkBacking, Node, ObjectContent, PropSpec};
+use soap::{ConfigSpec, DiskChange, MoRef, NetworkBacking, Node, ObjectContent, PropSpec, VirtualDisk};
 use vim::{VResult, Vim, is_fault};
 
 pub struct VSphere;
@@ -429,12 +432,19 @@ fn ensure_power(vim: &Vim, vm: &MoRef, target: PowerState, off: &PowerOff) -> VR
 
 /// Base64 of the cloud-init metadata for the VMware datasource.
 fn metadata(machine: &Machine) -> String {
-    let json = format!(
-        "{{\"instance-id\":\"{}\",\"local-hostname\":\"{}\"}}",
-        machine.uid.replace(['"', '\\'], ""),
-        machine.name.replace(['"', '\\'], "")
-    );
-    base64(json.as_bytes())
+    let mut meta = serde_json::json!({ "instance-id": machine.uid, "local-hostname": machine.name });
+    // Static addresses: cloud-init's VMware datasource reads a version 2 network
+    // configuration from the metadata's `network` key.
+    if banlieue_sdk::network::any_static(&machine.nics) {
+        meta["network"] = banlieue_sdk::network::config_v2(&machine.nics, |i| nic_mac(machine, i));
+    }
+    base64(meta.to_string().as_bytes())
+}
+
+/// The MAC of the machine's `index`-th NIC when it has static addresses, in VMware's
+/// range for manual MACs (`00:50:56:00:00:00`–`00:50:56:3f:ff:ff`).
+pub fn nic_mac(machine: &Machine, index: usize) -> String {
+    banlieue_sdk::network::stable_mac([0x00, 0x50, 0x56], 0x3f, &machine.uid, index)
 }
 
 /// The extraConfig of a machine.
@@ -483,6 +493,90 @@ fn ethernet_cards(devices: Option<&Node>) -> Vec<(String, i32)> {
         .unwrap_or_default()
 }
 
+/// The VM's virtual disks, in controller and unit order.
+fn virtual_disks(devices: Option<&Node>) -> Vec<VirtualDisk> {
+    let mut disks: Vec<VirtualDisk> = devices
+        .map(|d| {
+            d.children
+                .iter()
+                .filter(|dev| dev.xsi_type.as_deref() == Some("VirtualDisk"))
+                .filter_map(|dev| {
+                    Some(VirtualDisk {
+                        key: dev.str_at("key")?.parse().ok()?,
+                        controller: dev.str_at("controllerKey")?.parse().ok()?,
+                        unit: dev.str_at("unitNumber")?.parse().ok()?,
+                        capacity_kib: dev.str_at("capacityInKB")?.parse().ok()?,
+                        file: dev.str_at("backing.fileName").unwrap_or_default().to_string(),
+                        datastore: dev.path("backing.datastore").and_then(Node::as_ref),
+                        disk_mode: dev.str_at("backing.diskMode").unwrap_or("persistent").to_string(),
+                        thin: dev.str_at("backing.thinProvisioned") == Some("true"),
+                        label: dev.str_at("deviceInfo.label").unwrap_or("Hard disk").to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    disks.sort_by_key(|d| (d.controller, d.unit));
+    disks
+}
+
+/// The units a controller of `kind` offers (a SCSI controller keeps 7 for itself).
+fn controller_units(kind: &str) -> Vec<i32> {
+    match kind {
+        k if k.contains("IDE") => (0..2).collect(),
+        k if k.contains("SATA") || k.contains("Ahci") => (0..30).collect(),
+        k if k.contains("NVME") || k.contains("Nvme") => (0..15).collect(),
+        _ => (0..16).filter(|u| *u != 7).collect(),
+    }
+}
+
+/// What makes the VM's disks the machine's: the `i`-th declared disk is the VM's `i`-th
+/// (by controller and unit), grown when smaller; the declared disks it does not have are
+/// added on the boot disk's controller. A declared disk smaller than the VM's is refused:
+/// a disk is never shrunk.
+fn disk_changes(name: &str, devices: Option<&Node>, want: &[banlieue_sdk::provider::Disk]) -> Result<Vec<DiskChange>> {
+    let have = virtual_disks(devices);
+    let mut changes = Vec::new();
+    for (d, disk) in want.iter().zip(&have) {
+        let kib = d.size_gib << 20;
+        if d.size_gib == 0 || kib == disk.capacity_kib {
+            continue;
+        }
+        if kib < disk.capacity_kib {
+            return Err(Error::InvalidSpec(format!(
+                "disk {} of {name} is {} GiB on vSphere (from its image); {} GiB are declared and a disk is never shrunk: declare at least {} GiB",
+                d.name,
+                disk.capacity_kib.div_ceil(1 << 20),
+                d.size_gib,
+                disk.capacity_kib.div_ceil(1 << 20)
+            )));
+        }
+        changes.push(DiskChange::Grow { disk: disk.clone(), capacity_kib: kib });
+    }
+    let more = want.get(have.len()..).unwrap_or_default();
+    if more.is_empty() {
+        return Ok(changes);
+    }
+    let Some(boot) = have.first() else {
+        return Err(Error::InvalidSpec(format!("{name} has no disk to attach further disks beside: its template has no virtual disk")));
+    };
+    let devices = devices.map(|d| d.children.as_slice()).unwrap_or_default();
+    let kind = devices.iter().find(|dev| dev.str_at("key").and_then(|k| k.parse().ok()) == Some(boot.controller)).and_then(|dev| dev.xsi_type.clone()).unwrap_or_default();
+    let used: BTreeSet<i32> = devices
+        .iter()
+        .filter(|dev| dev.str_at("controllerKey").and_then(|k| k.parse().ok()) == Some(boot.controller))
+        .filter_map(|dev| dev.str_at("unitNumber")?.parse().ok())
+        .collect();
+    let mut free = controller_units(&kind).into_iter().filter(|u| !used.contains(u));
+    for d in more {
+        let Some(unit) = free.next() else {
+            return Err(Error::InvalidSpec(format!("{name}: the boot disk's controller ({kind}) has no free unit for disk {}", d.name)));
+        };
+        changes.push(DiskChange::Add { controller: boot.controller, unit, capacity_kib: d.size_gib << 20, datastore: d.target.clone() });
+    }
+    Ok(changes)
+}
+
 /// Clone the machine's VM; returns it.
 fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
     let name = vm_name(&machine.namespace, &machine.name);
@@ -515,8 +609,11 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
         ),
         None => None,
     };
-    if machine.disks.len() > 1 {
-        warn!("{name}: only the boot disk is cloned; {} further disk(s) are not added", machine.disks.len() - 1);
+    // Every disk's datastore is checked before anything is made.
+    for d in machine.disks.iter().skip(1) {
+        if inv.datastore_in(cluster, &d.target).is_none() {
+            return Err(Error::InvalidSpec(format!("disk {}: datastore {:?} is not available in cluster {}", d.name, d.target, cluster.name)).into());
+        }
     }
     let add_nics = machine
         .nics
@@ -530,17 +627,23 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
     let template_ref = find_template(vim, &inv, template)?;
     let devices = vim.props(&template_ref, &["config.hardware.device"])?;
     let remove_nics = if machine.nics.is_empty() { Vec::new() } else { ethernet_cards(devices.props.get("config.hardware.device")) };
+    // Disks the template cannot become (one to shrink, no controller room) are refused
+    // before anything is cloned.
+    disk_changes(&name, devices.props.get("config.hardware.device"), &machine.disks)?;
     let spec = ConfigSpec {
         instance_uuid: Some(machine.uid.clone()),
         cpus: Some(machine.cpus),
         memory_mib: Some(machine.memory_mib),
         remove_nics,
+        nic_macs: (0..add_nics.len()).map(|i| banlieue_sdk::network::any_static(&machine.nics).then(|| nic_mac(machine, i))).collect(),
         add_nics,
         extra_config: extra_config(machine),
         firmware: Some(match machine.firmware {
             banlieue_sdk::provider::Firmware::Bios => "bios".into(),
             banlieue_sdk::provider::Firmware::Uefi => "efi".into(),
         }),
+        // Made while the clone is off, once its devices (the template's) are known.
+        disks: Vec::new(),
     };
     info!("cloning vSphere template {template} into VM {name} (cluster {})", cluster.name);
     let body = soap::clone_vm(&template_ref, &folder, &name, &pool, datastore.as_ref(), &spec);
@@ -565,13 +668,34 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
 
 /// Bring an existing VM to the machine's hardware (while off) and power state.
 fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<MachineStatus> {
-    let p = vim.props(vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB"])?;
+    let p = vim.props(vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device"])?;
     let name = p.str("name").unwrap_or(&vm.value).to_string();
     let off = power_state(p.str("runtime.powerState")) == PowerState::PoweredOff;
-    if off && (p.u64("config.hardware.numCPU") != u64::from(machine.cpus) || p.u64("config.hardware.memoryMB") != machine.memory_mib) {
-        info!("reconfiguring vSphere VM {name}: {} CPUs, {} MiB", machine.cpus, machine.memory_mib);
-        let spec = ConfigSpec { cpus: Some(machine.cpus), memory_mib: Some(machine.memory_mib), ..Default::default() };
-        vim.run_task(&format!("ReconfigVM_Task {name}"), &soap::reconfigure(vm, &spec))?;
+    let devices = p.props.get("config.hardware.device");
+    if off && !machine.disks.is_empty() && virtual_disks(devices).is_empty() {
+        // A clone that failed half-way (seen on vcsim when the client that asked for it was
+        // killed and a second clone raced it): the VM is registered, carries this machine's
+        // UID and has none of the template's disks, and stays so. A VM without a disk holds
+        // no data, so it is destroyed and the next create clones again. (A template without
+        // a disk was refused before the clone.)
+        info!("destroying vSphere VM {name}: a clone left it without a disk");
+        vim.run_task(&format!("Destroy_Task {name}"), &soap::simple("Destroy_Task", vm))?;
+        return Err(Error::Unavailable(format!("vSphere VM {name} was left without a disk by a clone that did not finish: destroyed, it is cloned again")).into());
+    }
+    let disks = if off { disk_changes(&name, devices, &machine.disks)? } else { Vec::new() };
+    if off && (p.u64("config.hardware.numCPU") != u64::from(machine.cpus) || p.u64("config.hardware.memoryMB") != machine.memory_mib || !disks.is_empty()) {
+        info!("reconfiguring vSphere VM {name}: {} CPUs, {} MiB, {} disk change(s)", machine.cpus, machine.memory_mib, disks.len());
+        let changes_disks = !disks.is_empty();
+        let spec = ConfigSpec { cpus: Some(machine.cpus), memory_mib: Some(machine.memory_mib), disks, ..Default::default() };
+        match vim.run_task(&format!("ReconfigVM_Task {name}"), &soap::reconfigure(vm, &spec)) {
+            // The clone's disk files are still being copied (this create follows one cut off).
+            Err(e) if changes_disks && is_fault(&e, "FileNotFound") => {
+                return Err(Error::Unavailable(format!("the disks of vSphere VM {name} are not there yet: its clone is not finished")).into());
+            }
+            other => {
+                other?;
+            }
+        }
     }
     if machine.power_state != PowerState::PoweredOff {
         ensure_power(vim, vm, machine.power_state, &PowerOff { mode: banlieue_sdk::provider::PowerOffMode::Hard, timeout_ms: 0 })?;
@@ -700,6 +824,61 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(ethernet_cards(Some(&devs)), vec![("VirtualE1000".to_string(), 4000)]);
+    }
+
+    fn leaf(name: &str, text: &str) -> Node {
+        Node { name: name.into(), text: text.into(), ..Default::default() }
+    }
+
+    fn device(kind: &str, fields: &[(&str, &str)]) -> Node {
+        Node { name: "VirtualDevice".into(), xsi_type: Some(kind.into()), children: fields.iter().map(|(k, v)| leaf(k, v)).collect(), ..Default::default() }
+    }
+
+    /// A template as vcsim clones it: an LSI Logic controller with a 1 GiB disk at unit 0.
+    fn devices(extra: Vec<Node>) -> Node {
+        let mut disk = device("VirtualDisk", &[("key", "2000"), ("controllerKey", "1000"), ("unitNumber", "0"), ("capacityInKB", "1048576")]);
+        disk.children.push(Node { name: "backing".into(), children: vec![leaf("fileName", "[LocalDS_0] vm/vm.vmdk"), leaf("diskMode", "persistent")], ..Default::default() });
+        let mut children = vec![device("VirtualLsiLogicController", &[("key", "1000")]), disk];
+        children.extend(extra);
+        Node { children, ..Default::default() }
+    }
+
+    fn want(sizes: &[u64]) -> Vec<banlieue_sdk::provider::Disk> {
+        sizes.iter().enumerate().map(|(i, s)| banlieue_sdk::provider::Disk { name: format!("d{i}"), size_gib: *s, target: "LocalDS_1".into() }).collect()
+    }
+
+    #[test]
+    fn the_boot_disk_is_grown_and_further_disks_are_added_on_its_controller() {
+        let devs = devices(vec![device("VirtualCdrom", &[("key", "3000"), ("controllerKey", "1000"), ("unitNumber", "1")])]);
+        let changes = disk_changes("vm", Some(&devs), &want(&[20, 5, 2])).unwrap();
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        assert!(matches!(&changes[0], DiskChange::Grow { disk, capacity_kib } if disk.key == 2000 && disk.file == "[LocalDS_0] vm/vm.vmdk" && *capacity_kib == 20 << 20));
+        // Unit 0 is the boot disk's, 1 the CD-ROM's: the next free ones.
+        assert_eq!(changes[1], DiskChange::Add { controller: 1000, unit: 2, capacity_kib: 5 << 20, datastore: "LocalDS_1".into() });
+        assert_eq!(changes[2], DiskChange::Add { controller: 1000, unit: 3, capacity_kib: 2 << 20, datastore: "LocalDS_1".into() });
+        let xml = ConfigSpec { disks: changes, ..Default::default() }.xml();
+        assert!(xml.contains("<operation>edit</operation>") && xml.contains("<fileName>[LocalDS_1]</fileName>") && xml.contains("<fileOperation>create</fileOperation>"), "{xml}");
+    }
+
+    #[test]
+    fn disks_as_declared_need_no_change_and_a_shrink_is_refused() {
+        assert_eq!(disk_changes("vm", Some(&devices(vec![])), &want(&[1])).unwrap(), vec![]);
+        assert_eq!(disk_changes("vm", Some(&devices(vec![])), &want(&[])).unwrap(), vec![]);
+        let refused = disk_changes("vm", Some(&devices(vec![])), &want(&[2])).map(|_| ()).and_then(|()| disk_changes("vm", Some(&devices(vec![])), &[banlieue_sdk::provider::Disk { name: "root".into(), size_gib: 0, target: String::new() }]));
+        assert!(refused.is_ok(), "a size of 0 keeps the image's");
+        let mut big = devices(vec![]);
+        big.children[1].children[3].text = (40u64 << 20).to_string();
+        let shrink = disk_changes("vm", Some(&big), &want(&[20])).unwrap_err();
+        assert!(matches!(&shrink, Error::InvalidSpec(m) if m.contains("never shrunk") && m.contains("at least 40 GiB")), "{shrink:?}");
+    }
+
+    #[test]
+    fn a_full_controller_or_a_template_without_a_disk_says_so() {
+        let units: Vec<Node> = (1..16).filter(|u| *u != 7).map(|u| device("VirtualDisk", &[("key", &(2000 + u).to_string()), ("controllerKey", "1000"), ("unitNumber", &u.to_string()), ("capacityInKB", "1024")])).collect();
+        let full = disk_changes("vm", Some(&devices(units)), &want(&[0; 16])).unwrap_err();
+        assert!(matches!(&full, Error::InvalidSpec(m) if m.contains("no free unit")), "{full:?}");
+        let bare = Node { children: vec![device("VirtualLsiLogicController", &[("key", "1000")])], ..Default::default() };
+        assert!(matches!(disk_changes("vm", Some(&bare), &want(&[10])), Err(Error::InvalidSpec(m)) if m.contains("no virtual disk")));
     }
 }
 

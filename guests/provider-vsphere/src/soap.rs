@@ -334,9 +334,77 @@ pub struct ConfigSpec {
     /// Ethernet cards of the template to remove: (xsi type, key).
     pub remove_nics: Vec<(String, i32)>,
     pub add_nics: Vec<NetworkBacking>,
+    /// The MAC of each added card, in order (none: vCenter generates one). A guest's
+    /// static network configuration matches its NICs by MAC.
+    pub nic_macs: Vec<Option<String>>,
     pub extra_config: Vec<(String, String)>,
     /// `bios` or `efi`.
     pub firmware: Option<String>,
+    /// Disks to grow or add.
+    pub disks: Vec<DiskChange>,
+}
+
+/// A virtual disk as vSphere reports it (`config.hardware.device`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VirtualDisk {
+    pub key: i32,
+    pub controller: i32,
+    pub unit: i32,
+    pub capacity_kib: u64,
+    /// `[datastore] folder/file.vmdk`.
+    pub file: String,
+    pub datastore: Option<MoRef>,
+    pub disk_mode: String,
+    pub thin: bool,
+    /// `deviceInfo.label` (an edit must carry the device's description).
+    pub label: String,
+}
+
+/// One change to a VM's disks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DiskChange {
+    /// An existing disk to `capacity_kib` (the device as read, with the new capacity).
+    Grow { disk: VirtualDisk, capacity_kib: u64 },
+    /// A new thin disk of `capacity_kib` on datastore `datastore` (a name), at `unit` of controller `controller`.
+    Add { controller: i32, unit: i32, capacity_kib: u64, datastore: String },
+}
+
+impl DiskChange {
+    /// The `VirtualDeviceConfigSpec`, in schema order; `i` keeps new devices' keys apart.
+    fn xml(&self, i: usize) -> String {
+        let device = |key: i64, info: String, backing: String, controller: i32, unit: i32, kib: u64| {
+            format!(
+                "<device xsi:type=\"VirtualDisk\"><key>{key}</key>{info}{backing}<controllerKey>{controller}</controllerKey><unitNumber>{unit}</unitNumber>\
+<capacityInKB>{kib}</capacityInKB><capacityInBytes>{}</capacityInBytes></device>",
+                kib * 1024
+            )
+        };
+        let backing = |file: &str, datastore: Option<&MoRef>, mode: &str, thin: bool| {
+            format!(
+                "<backing xsi:type=\"VirtualDiskFlatVer2BackingInfo\">{}{}{}<thinProvisioned>{thin}</thinProvisioned></backing>",
+                el("fileName", file),
+                datastore.map(|d| d.xml("datastore")).unwrap_or_default(),
+                el("diskMode", mode)
+            )
+        };
+        match self {
+            DiskChange::Grow { disk, capacity_kib } => format!(
+                "<deviceChange><operation>edit</operation>{}</deviceChange>",
+                device(
+                    i64::from(disk.key),
+                    format!("<deviceInfo>{}{}</deviceInfo>", el("label", &disk.label), el("summary", &format!("{capacity_kib} KB"))),
+                    backing(&disk.file, disk.datastore.as_ref(), &disk.disk_mode, disk.thin),
+                    disk.controller,
+                    disk.unit,
+                    *capacity_kib
+                )
+            ),
+            DiskChange::Add { controller, unit, capacity_kib, datastore } => format!(
+                "<deviceChange><operation>add</operation><fileOperation>create</fileOperation>{}</deviceChange>",
+                device(-200 - i as i64, String::new(), backing(&format!("[{datastore}]"), None, "persistent", true), *controller, *unit, *capacity_kib)
+            ),
+        }
+    }
 }
 
 impl ConfigSpec {
@@ -374,9 +442,16 @@ impl ConfigSpec {
             s += &format!(
                 "<deviceChange><operation>add</operation><device xsi:type=\"VirtualVmxnet3\"><key>{}</key>{backing}\
 <connectable><startConnected>true</startConnected><allowGuestControl>true</allowGuestControl><connected>true</connected></connectable>\
-<addressType>generated</addressType></device></deviceChange>",
-                -100 - i as i64
+{}</device></deviceChange>",
+                -100 - i as i64,
+                match self.nic_macs.get(i).cloned().flatten() {
+                    Some(mac) => format!("<addressType>manual</addressType>{}", el("macAddress", &mac)),
+                    None => "<addressType>generated</addressType>".to_string(),
+                }
             );
+        }
+        for (i, change) in self.disks.iter().enumerate() {
+            s += &change.xml(i);
         }
         for (k, v) in &self.extra_config {
             s += &format!(
@@ -516,8 +591,10 @@ mod tests {
                 NetworkBacking::Standard { name: "VM Network".into(), network: MoRef::new("Network", "network-7") },
                 NetworkBacking::Distributed { switch_uuid: "sw".into(), portgroup_key: "dvportgroup-9".into() },
             ],
+            nic_macs: vec![Some("00:50:56:01:02:03".into())],
             extra_config: vec![("guestinfo.userdata".into(), "I2Nsb3Vk".into())],
             firmware: Some("efi".into()),
+            disks: vec![],
         };
         let body = clone_vm(
             &MoRef::new("VirtualMachine", "vm-9"),
@@ -536,6 +613,8 @@ mod tests {
             ["instanceUuid", "numCPUs", "memoryMB", "deviceChange", "deviceChange", "deviceChange", "extraConfig", "firmware"]
         );
         assert!(body.contains("<name>ns_a&amp;b</name>"));
+        assert!(body.contains("<addressType>manual</addressType><macAddress>00:50:56:01:02:03</macAddress></device>"), "the first card's MAC is set");
+        assert!(body.contains("<addressType>generated</addressType></device>"), "the second card's is vCenter's");
         let loc = doc.descendants().find(|n| n.has_tag_name("location")).unwrap();
         let order: Vec<&str> = loc.children().filter(|c| c.is_element()).map(|c| c.tag_name().name()).collect();
         assert_eq!(order, ["datastore", "pool"]);

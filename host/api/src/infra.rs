@@ -14,7 +14,7 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef};
+use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef, StaticIp};
 use crate::class::Firmware;
 
 /// API group of the infrastructure kinds.
@@ -142,6 +142,9 @@ pub struct ResolvedNic {
     pub name: String,
     /// Backend network / bridge / port group.
     pub network: String,
+    /// Static addressing (none declared: DHCP).
+    #[serde(flatten)]
+    pub ip: StaticIp,
 }
 
 /// Status of `<Kind>Machine` (CAPI v1beta2).

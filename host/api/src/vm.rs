@@ -8,7 +8,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef};
+use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, PowerOffMode, PowerState, SecretKeyRef, StaticIp};
 
 /// A virtual machine, run on whichever Provider its placement picks.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -53,12 +53,36 @@ pub struct VirtualMachineSpec {
     /// Cloud-init / ignition user-data, read from a Secret key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretKeyRef>,
+    /// Static addresses of the class's NICs; a NIC not named here takes DHCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<VmNetwork>,
     /// What happens when the placement no longer matches where the VM runs.
     #[serde(default)]
     pub migration_policy: MigrationPolicy,
     /// Stop reconciling this VM (the backend VM is left as it is).
     #[serde(default)]
     pub paused: bool,
+}
+
+/// How a VM's NICs are addressed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmNetwork {
+    /// One entry per NIC (by its name in the VM's class) that does not take DHCP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub interfaces: Vec<InterfaceAddressing>,
+}
+
+/// The addressing of one NIC of the VM's class.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceAddressing {
+    /// The NIC's name in the VM's class.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    #[serde(flatten)]
+    pub ip: StaticIp,
 }
 
 /// Placement constraints of a VM.

@@ -11,8 +11,8 @@ use banlieue_libvirt::{DomainState, Libvirt};
 use banlieue_runtime::capability::Grants;
 use banlieue_runtime::capability::libvirt::LibvirtGrant;
 use banlieue_runtime::provider::{
-    Disk, Firmware, ImageSource, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState, ProviderConfig,
-    ProviderDriver,
+    Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState,
+    ProviderConfig, ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use common::guest;
@@ -58,7 +58,7 @@ fn machine(uid: &str) -> Machine {
             Disk { name: "root".into(), size_gib: 10, target: "default-pool".into() },
             Disk { name: "data".into(), size_gib: 1, target: "default-pool".into() },
         ],
-        nics: vec![Nic { name: "eth0".into(), network: "default".into() }],
+        nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
         image: ImageSource::BackingFile("/var/lib/banlieue/images/debian-12 & co.qcow2".into()),
         user_data: Some("#cloud-config\nhostname: vm\n".into()),
         failure_domain: "host-a".into(),
@@ -102,6 +102,34 @@ fn invalid_spec(result: Result<impl std::fmt::Debug, CallError>, needle: &str) {
         }
         other => panic!("expected invalid-spec mentioning {needle:?}, got {other:?}"),
     }
+}
+
+/// Static addresses on libvirt's test driver (no seed there: the driver records the
+/// network-config in the domain's metadata, as it would write it into the seed): each NIC
+/// carries the MAC the configuration matches it by, read back from libvirt's domain XML.
+#[tokio::test]
+async fn static_addresses_pin_each_mac_and_the_network_config_matches_it() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let mut m = machine(UID);
+    m.nics[0].ip = Some(IpConfig {
+        addresses: vec!["192.168.122.50/24".into()],
+        gateway: Some("192.168.122.1".into()),
+        nameservers: vec![],
+        search_domains: vec![],
+    });
+    m.nics.push(Nic { name: "eth1".into(), network: "default".into(), ip: None });
+    driver.create(&config(), &m, limits(), grants.clone()).await.unwrap();
+    let xml = conn.domain_xml("ns_vm").await.unwrap();
+    let macs: Vec<&str> = xml.split("<mac address=").skip(1).filter_map(|r| r.get(1..18)).collect();
+    assert_eq!(macs.len(), 2, "{xml}");
+    let encoded = xml.split("<banlieue:network-config").nth(1).and_then(|r| r.split_once('>')).and_then(|(_, r)| r.split('<').next()).expect("network-config in the metadata");
+    use base64::Engine as _;
+    let network: serde_json::Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap();
+    assert_eq!(network["ethernets"]["eth0"]["match"]["macaddress"], macs[0], "{network}");
+    assert_eq!(network["ethernets"]["eth0"]["addresses"], serde_json::json!(["192.168.122.50/24"]));
+    assert_eq!(network["ethernets"]["eth1"]["match"]["macaddress"], macs[1]);
+    assert_eq!(network["ethernets"]["eth1"]["dhcp4"], true);
+    driver.delete(&config(), &machine_ref(UID), power_off(PowerOffMode::Hard), limits(), grants).await.unwrap();
 }
 
 #[tokio::test]

@@ -53,7 +53,7 @@ fn machine(lv: &Libvirtd, name: &str, uid: &str, user_data: &str) -> Machine {
         memory_mib: 256,
         firmware: Firmware::Bios,
         disks: vec![Disk { name: "root".into(), size_gib: 2, target: lv.pool.clone() }],
-        nics: vec![Nic { name: "eth0".into(), network: lv.network.clone() }],
+        nics: vec![Nic { name: "eth0".into(), network: lv.network.clone(), ip: None }],
         image: ImageSource::BackingFile(lv.guest_disk()),
         user_data: Some(user_data.into()),
         failure_domain: "kvm-1".into(),

@@ -16,8 +16,8 @@ use banlieue_runtime::capability::http::HttpGrant;
 use banlieue_runtime::capability::secrets::SecretsGrant;
 use banlieue_runtime::capability::session::SessionStore;
 use banlieue_runtime::provider::{
-    Disk, Firmware, ImageSource, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState, ProviderConfig,
-    ProviderDriver,
+    Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState,
+    ProviderConfig, ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use banlieue_secrets::StaticSecrets;
@@ -86,7 +86,7 @@ fn machine(uid: &str, name: &str) -> Machine {
         memory_mib: 2048,
         firmware: Firmware::Bios,
         disks: vec![Disk { name: "root".into(), size_gib: 4, target: "local-lvm".into() }],
-        nics: vec![Nic { name: "eth0".into(), network: "vmbr0".into() }],
+        nics: vec![Nic { name: "eth0".into(), network: "vmbr0".into(), ip: None }],
         image: ImageSource::Template(fakepve::TEMPLATE_VMID.to_string()),
         user_data: Some(format!("#cloud-config\nuser: ops\nssh_authorized_keys:\n  - {SSH_KEY}\npackages:\n  - nginx\n")),
         failure_domain: "pve1".into(),
@@ -297,6 +297,35 @@ async fn soft_power_off_of_a_guest_without_acpi() {
     assert!(pve.tasks("pve1").await.unwrap().iter().any(|t| t["type"] == "qmstop"));
 }
 
+fn static_ip(addresses: &[&str], gateway: Option<&str>) -> IpConfig {
+    IpConfig {
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        gateway: gateway.map(str::to_string),
+        nameservers: vec!["10.0.0.2".into(), "10.0.0.3".into()],
+        search_domains: vec!["lab.example".into()],
+    }
+}
+
+/// Static addresses as PVE's cloud-init takes them, read back from the VM's configuration
+/// (fakepve checks each value against PVE's own schema): `ipconfigN` per NIC, DNS for the VM.
+#[tokio::test]
+async fn static_addresses_become_ipconfig_and_dns() {
+    let pve = FakePve::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&pve.url), grants(&pve, &store).await);
+    let mut m = machine(UID, "vm1");
+    m.nics[0].ip = Some(static_ip(&["10.0.0.5/24", "2001:db8::5/64"], Some("10.0.0.1")));
+    m.nics.push(Nic { name: "eth1".into(), network: "vmbr0".into(), ip: None });
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let [vm] = pve.vms_tagged(UID).await.unwrap().try_into().unwrap();
+    let c = pve.vm_config(&vm.node, vm.vmid).await.unwrap();
+    let s = |k: &str| c[k].as_str().map(String::from).unwrap_or_default();
+    assert_eq!(s("ipconfig0"), "ip=10.0.0.5/24,gw=10.0.0.1,ip6=2001:db8::5/64", "{c}");
+    assert_eq!(s("ipconfig1"), "ip=dhcp", "{c}");
+    assert_eq!((s("nameserver"), s("searchdomain")), ("10.0.0.2 10.0.0.3".into(), "lab.example".into()), "{c}");
+    d.delete(&cfg, &machine_ref(UID, "ns", "vm1"), off(PowerOffMode::Hard, 0), limits(), g).await.unwrap();
+}
+
 #[tokio::test]
 async fn bad_specs_are_invalid_and_leave_nothing() {
     let pve = FakePve::start().await.unwrap();
@@ -316,9 +345,17 @@ async fn bad_specs_are_invalid_and_leave_nothing() {
     let mut m = machine(UID, "vm1");
     m.disks[0].target = "local".into();
     invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "\"local\"");
+    // The template's boot disk is 4 GiB: a disk is never shrunk.
+    let mut m = machine(UID, "vm1");
+    m.disks[0].size_gib = 2;
+    invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "never shrunk");
     let mut m = machine(UID, "vm1");
     m.nics[0].network = "vmbr9".into();
     invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "vmbr9");
+    // Two IPv4 addresses on one NIC: PVE's cloud-init takes one per family.
+    let mut m = machine(UID, "vm1");
+    m.nics[0].ip = Some(static_ip(&["10.0.0.5/24", "10.0.0.6/24"], None));
+    invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "one IPv4 and one IPv6");
     let mut m = machine(UID, "vm1");
     m.failure_domain = "pve7".into();
     invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "pve7");

@@ -13,7 +13,7 @@ use banlieue_runtime::capability::http::HttpGrant;
 use banlieue_runtime::capability::secrets::SecretsGrant;
 use banlieue_runtime::capability::session::SessionStore;
 use banlieue_runtime::provider::{
-    AddressType, Disk, Firmware, ImageSource, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff,
+    AddressType, Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff,
     PowerOffMode, PowerState, ProviderConfig, ProviderDriver,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
@@ -58,7 +58,7 @@ fn machine(template: &str) -> Machine {
         memory_mib: 2048,
         firmware: Firmware::Uefi,
         disks: vec![Disk { name: "root".into(), size_gib: 10, target: "LocalDS_0".into() }],
-        nics: vec![Nic { name: "eth0".into(), network: "VM Network".into() }],
+        nics: vec![Nic { name: "eth0".into(), network: "VM Network".into(), ip: None }],
         image: ImageSource::Template(template.into()),
         user_data: Some(USER_DATA.into()),
         failure_domain: "DC0_C0".into(),
@@ -267,6 +267,105 @@ async fn a_missing_template_is_invalid_and_creates_nothing() {
     let e = d.create(&cfg, &m, limits(), g).await.unwrap_err();
     assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("no-such-datastore")), "{e}");
     assert_eq!(vc.vm_names().await.unwrap(), before);
+}
+
+/// The machine's disks as declared, on vcsim's own view of the VM: the boot disk grown to
+/// its size, a further disk added on its datastore; a create again changes nothing; a boot
+/// disk declared smaller than the VM's is refused, and a disk on a datastore the cluster
+/// lacks before anything is cloned.
+#[tokio::test]
+async fn disks_are_made_as_declared_and_never_shrunk() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let before = vc.vm_names().await.unwrap();
+    let mut m = machine(vcsim::TEMPLATE);
+    m.disks = vec![
+        Disk { name: "root".into(), size_gib: 12, target: "LocalDS_0".into() },
+        Disk { name: "data".into(), size_gib: 3, target: "LocalDS_0".into() },
+    ];
+    if let Err(e) = d.create(&cfg, &m, limits(), g.clone()).await {
+        panic!("{e}\n{}", vc.log());
+    }
+    let vm = vc.find_vm(UID).await.unwrap().expect("the VM");
+    let disks = vc.virtual_disks(&vm).await.unwrap();
+    assert_eq!(disks.iter().map(|(kib, _)| *kib).collect::<Vec<_>>(), [12 << 20, 3 << 20], "{disks:?}");
+    assert!(disks[1].1.starts_with("[LocalDS_0]"), "the data disk is on its datastore: {disks:?}");
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.virtual_disks(&vm).await.unwrap(), disks, "a create again changes nothing");
+    // Declared smaller (the VM off, so its disks would be changed): refused, nothing shrunk.
+    d.set_power(&cfg, &machine_ref(), PowerState::PoweredOff, off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
+    m.disks[0].size_gib = 5;
+    let e = d.create(&cfg, &m, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(msg)) if msg.contains("never shrunk") && msg.contains("at least 12 GiB")), "{e}");
+    assert_eq!(vc.virtual_disks(&vm).await.unwrap(), disks);
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.vm_names().await.unwrap(), before);
+
+    let mut nowhere = machine(vcsim::TEMPLATE);
+    nowhere.disks.push(Disk { name: "data".into(), size_gib: 1, target: "no-such-datastore".into() });
+    let e = d.create(&cfg, &nowhere, limits(), g).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(m)) if m.contains("disk data") && m.contains("no-such-datastore")), "{e}");
+    assert_eq!(vc.vm_names().await.unwrap(), before, "nothing was cloned for a machine refused");
+}
+
+/// A VM of this machine left without a disk (a clone that failed half-way, played by
+/// taking the disks off) holds no data: the next create destroys it and says the machine
+/// is being cloned again; the one after clones it anew, with its disk.
+#[tokio::test]
+async fn a_vm_left_without_a_disk_by_a_broken_clone_is_cloned_again() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let mut m = machine(vcsim::TEMPLATE);
+    // Never powered on, as a clone that failed half-way.
+    m.power_state = PowerState::PoweredOff;
+    m.disks = vec![Disk { name: "root".into(), size_gib: 12, target: "LocalDS_0".into() }];
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let broken = vc.find_vm(UID).await.unwrap().expect("the VM");
+    vc.remove_disks(&broken).await.unwrap();
+    assert_eq!(vc.virtual_disks(&broken).await.unwrap(), []);
+    let e = d.create(&cfg, &m, limits(), g.clone()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::Unavailable(msg)) if msg.contains("without a disk") && msg.contains("cloned again")), "{e}");
+    assert_eq!(vc.find_vm(UID).await.unwrap(), None, "the broken VM is destroyed");
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let vm = vc.find_vm(UID).await.unwrap().expect("the VM cloned again");
+    assert_ne!(vm, broken);
+    assert_eq!(vc.virtual_disks(&vm).await.unwrap().iter().map(|(kib, _)| *kib).collect::<Vec<_>>(), [12 << 20]);
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g).await.unwrap();
+}
+
+/// Static addresses reach the guest as cloud-init reads them on vSphere: the
+/// `guestinfo.metadata` vcsim holds, decoded, carries a version 2 network configuration
+/// that matches each NIC by the MAC vcsim reports for the VM's card.
+#[tokio::test]
+async fn static_addresses_reach_guestinfo_metadata_matched_by_mac() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let mut m = machine(vcsim::TEMPLATE);
+    m.nics[0].ip = Some(IpConfig {
+        addresses: vec!["10.0.0.5/24".into()],
+        gateway: Some("10.0.0.1".into()),
+        nameservers: vec!["10.0.0.2".into()],
+        search_domains: vec!["lab.example".into()],
+    });
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let vm = vc.find_vm(UID).await.unwrap().expect("the VM");
+    let macs = vc.nic_macs(&vm).await.unwrap();
+    let [mac] = macs.as_slice() else { panic!("one card: {macs:?}") };
+    assert!(mac.starts_with("00:50:56:"), "a manual MAC in VMware's range: {mac}");
+    let meta = vc.extra_config(&vm, "guestinfo.metadata").await.unwrap().expect("guestinfo.metadata");
+    use base64::Engine as _;
+    let meta: serde_json::Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(meta).unwrap()).unwrap();
+    let eth0 = &meta["network"]["ethernets"]["eth0"];
+    assert_eq!(meta["network"]["version"], 2, "{meta}");
+    assert_eq!(eth0["match"]["macaddress"], mac.as_str(), "{meta}");
+    assert_eq!(eth0["addresses"], serde_json::json!(["10.0.0.5/24"]), "{meta}");
+    assert_eq!(eth0["routes"], serde_json::json!([{"to": "0.0.0.0/0", "via": "10.0.0.1"}]), "{meta}");
+    assert_eq!(eth0["nameservers"], serde_json::json!({"addresses": ["10.0.0.2"], "search": ["lab.example"]}), "{meta}");
+    assert_eq!(meta["instance-id"], UID);
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g).await.unwrap();
 }
 
 fn image_request(name: &str, digest: &str, datastore: &str) -> banlieue_runtime::provider::ImageRequest {

@@ -21,6 +21,10 @@
 #   banlieue-guest: acpid=on|off
 #   banlieue-guest: ready uptime=<s>
 #   banlieue-guest: eth0 address=<ip>/<prefix>   once udhcpc has a lease (asynchronous)
+#   banlieue-guest: eth0 static address=<ip>/<prefix>   instead, when the seed's
+#                       network-config (cloud-init version 2) names eth0's MAC: the
+#                       guest takes the first address and the route's gateway of
+#                       that configuration (it has one NIC) and runs no DHCP
 # then idles forever. Lines on the serial console end in \r\n.
 #
 # The kernel is the installed linux-image-amd64's when there is one; otherwise
@@ -206,7 +210,7 @@ while [ $i -lt 50 ]; do
 done
 host=banlieue-guest
 if [ -n "$seed" ] && { mount -o ro -t vfat "$seed" /mnt/seed 2>/dev/null || mount -o ro -t iso9660 "$seed" /mnt/seed; }; then
-    for f in meta-data user-data; do
+    for f in meta-data user-data network-config; do
         [ -e "/mnt/seed/$f" ] && tr -d '\r' <"/mnt/seed/$f" >"/run/seed/$f"
     done
     umount /mnt/seed
@@ -229,7 +233,20 @@ fi
 hostname "$host"
 
 ip link set lo up
-if ip link show eth0 >/dev/null 2>&1; then
+# A static address from the seed's network-config (one line of JSON, as banlieue writes it)
+# when it matches eth0's MAC; else DHCP.
+static=
+if [ -e /run/seed/network-config ] && ip link show eth0 >/dev/null 2>&1 \
+    && grep -qi "\"macaddress\":\"$(cat /sys/class/net/eth0/address)\"" /run/seed/network-config; then
+    static=$(sed -n 's/.*"addresses":\["\([^"]*\)".*/\1/p' /run/seed/network-config | head -1)
+    via=$(sed -n 's/.*"via":"\([^"]*\)".*/\1/p' /run/seed/network-config | head -1)
+fi
+if [ -n "$static" ]; then
+    ip link set eth0 up
+    ip addr add "$static" dev eth0
+    [ -n "$via" ] && ip route add default via "$via" dev eth0
+    say "eth0 static address=$static"
+elif ip link show eth0 >/dev/null 2>&1; then
     udhcpc -f -i eth0 -s /etc/udhcpc.script -t 60 -T 1 -A 2 -x "hostname:$host" >/dev/null 2>&1 &
 else
     say "no eth0"

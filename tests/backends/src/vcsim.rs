@@ -241,6 +241,45 @@ impl Vcsim {
             .and_then(|n| child_text(n, "value")))
     }
 
+    /// What vcsim logged (a fault it hit says why).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// A VM's virtual disks as vcsim reports them (`config.hardware.device`): capacity in
+    /// KiB and backing file, in controller and unit order.
+    pub async fn virtual_disks(&self, vm: &str) -> anyhow::Result<Vec<(u64, String)>> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;
+        let doc = roxmltree::Document::parse(&xml)?;
+        let text = |n: roxmltree::Node, path: &[&str]| {
+            let mut n = n;
+            for p in path {
+                n = n.children().find(|c| c.has_tag_name(*p))?;
+            }
+            n.text().map(str::to_string)
+        };
+        let mut disks: Vec<(i64, i64, u64, String)> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("VirtualDevice") && n.attributes().any(|a| a.name() == "type" && a.value() == "VirtualDisk"))
+            .filter_map(|n| {
+                Some((
+                    text(n, &["controllerKey"])?.parse().ok()?,
+                    text(n, &["unitNumber"])?.parse().ok()?,
+                    text(n, &["capacityInKB"])?.parse().ok()?,
+                    text(n, &["backing", "fileName"]).unwrap_or_default(),
+                ))
+            })
+            .collect();
+        disks.sort();
+        Ok(disks.into_iter().map(|(_, _, kib, file)| (kib, file)).collect())
+    }
+
+    /// The MAC addresses of a VM's ethernet cards, in device order.
+    pub async fn nic_macs(&self, vm: &str) -> anyhow::Result<Vec<String>> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;
+        texts(&xml, "macAddress")
+    }
+
     /// The guest IP addresses vcsim reports for a VM (`guest.net[].ipAddress`).
     pub async fn guest_ips(&self, vm: &str) -> anyhow::Result<Vec<String>> {
         let xml = self.call(&props_request("VirtualMachine", vm, &["guest.net"])).await?;
@@ -261,7 +300,12 @@ impl Vcsim {
     }
 
     async fn task(&self, method: &str, vm: &str) -> anyhow::Result<()> {
-        let body = format!("<{method} xmlns=\"urn:vim25\"><_this type=\"VirtualMachine\">{}</_this></{method}>", esc(vm));
+        self.task_with(method, vm, "").await
+    }
+
+    /// A task method on a VM with `args` (XML, after `_this`), waited for.
+    async fn task_with(&self, method: &str, vm: &str, args: &str) -> anyhow::Result<()> {
+        let body = format!("<{method} xmlns=\"urn:vim25\"><_this type=\"VirtualMachine\">{}</_this>{args}</{method}>", esc(vm));
         let task = texts(&self.call(&body).await?, "returnval")?.into_iter().next().ok_or_else(|| anyhow!("no task"))?;
         for _ in 0..300 {
             let xml = self.call(&props_request("Task", &task, &["info.state"])).await?;
@@ -272,6 +316,23 @@ impl Vcsim {
             }
         }
         bail!("{method} {vm} did not finish")
+    }
+
+    /// Take every virtual disk off a VM (their files stay): what a clone that failed
+    /// half-way leaves.
+    pub async fn remove_disks(&self, vm: &str) -> anyhow::Result<()> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;
+        let doc = roxmltree::Document::parse(&xml)?;
+        let keys: Vec<String> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("VirtualDevice") && n.attributes().any(|a| a.name() == "type" && a.value() == "VirtualDisk"))
+            .filter_map(|n| n.children().find(|c| c.has_tag_name("key"))?.text().map(str::to_string))
+            .collect();
+        let changes: String = keys
+            .iter()
+            .map(|k| format!("<deviceChange><operation>remove</operation><device xsi:type=\"VirtualDisk\"><key>{k}</key><capacityInKB>0</capacityInKB></device></deviceChange>"))
+            .collect();
+        self.task_with("ReconfigVM_Task", vm, &format!("<spec>{changes}</spec>")).await
     }
 
     /// Power a VM off behind banlieue's back.

@@ -53,7 +53,7 @@ pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provide
         nics: c
             .nics
             .iter()
-            .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default() })
+            .map(|n| ResolvedNic { name: n.name.clone(), network: caps.network_classes.get(&n.network_class).cloned().unwrap_or_default(), ..Default::default() })
             .collect(),
         image: image_map,
         power_off_timeout_seconds: c.power_off_timeout_seconds.unwrap_or(DEFAULT_POWER_OFF_TIMEOUT_SECONDS),

@@ -11,6 +11,8 @@ pub const PLACEMENT_VALID: &str = "PlacementValid";
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 pub const PROVISIONED: &str = "Provisioned";
 pub const VERIFIED: &str = "Verified";
+/// Every address a VM declares is reported by its backend (none declared: any address is).
+pub const ADDRESSES_READY: &str = "AddressesReady";
 
 /// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
 /// its status or reason changed, or it is said of a new generation of the object (the user

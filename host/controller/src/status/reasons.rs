@@ -41,6 +41,8 @@ reasons! {
     ClassNotFound, ImageNotFound, ImageNotReady, UserDataNotFound, InvalidUserData, ProviderNotFound,
     ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, InvalidSpec,
     InvalidPlacement, InvalidConnection, InvalidBootstrapData, FailureDomainNotFound,
+    // Addresses.
+    InvalidNetwork, AddressConflict, AddressesReported,
     // Placement.
     NoCandidates, InvalidDecision, PlacementPolicyNotReady, MigrationPending, MigrationDisabled,
     // Backends and drivers.

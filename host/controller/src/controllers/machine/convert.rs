@@ -50,13 +50,30 @@ pub(super) async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMa
             banlieue_api::class::Firmware::UEFI => wit::Firmware::Uefi,
         },
         disks: vm.disks.iter().map(|d| wit::Disk { name: d.name.clone(), size_gib: d.size_gib, target: d.target.clone() }).collect(),
-        nics: vm.nics.iter().map(|n| wit::Nic { name: n.name.clone(), network: n.network.clone() }).collect(),
+        nics: vm.nics.iter().enumerate().map(|(i, n)| wit_nic(i, n)).collect::<Result<_, _>>()?,
         image,
         user_data,
         failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
         power_state: wit_power(vm.power_state),
         labels: m.labels().clone().into_iter().collect(),
     })
+}
+
+/// A NIC as the driver gets it. Its addressing is checked here, whoever wrote the Machine
+/// (the VM controller checked a VM's already; a CAPI template's is checked only here).
+fn wit_nic(i: usize, n: &banlieue_api::infra::ResolvedNic) -> Result<wit::Nic, Failure> {
+    let ip = if n.ip.is_empty() {
+        None
+    } else {
+        n.ip.check(&format!("spec.vm.nics[{i}]")).map_err(|m| Failure::until_changed(Reason::InvalidNetwork, m))?;
+        Some(wit::IpConfig {
+            addresses: n.ip.addresses.clone(),
+            gateway: n.ip.gateway.clone(),
+            nameservers: n.ip.nameservers.clone(),
+            search_domains: n.ip.search_domains.clone(),
+        })
+    };
+    Ok(wit::Nic { name: n.name.clone(), network: n.network.clone(), ip })
 }
 
 /// Keys of `spec.vm.image`, as the VM controller writes them from the VMImage source.

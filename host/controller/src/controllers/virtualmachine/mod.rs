@@ -19,6 +19,7 @@
 //! Deleting the VM deletes its Machine and waits for it to be gone.
 
 mod assumed;
+mod network;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::framework::infra_kinds;
 use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::placement::scheduling;
-use crate::status::conditions::{self, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
+use crate::status::conditions::{self, ADDRESSES_READY, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::status::finalizer;
 use crate::status::reasons::Reason;
 use crate::status;
@@ -406,6 +407,13 @@ impl<'a> Reconcile<'a> {
             .images
             .get(&ObjectRef::new(&spec.image_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
+        // Addresses are checked before the VM is placed: a bad one makes nothing.
+        network::check(self.vm, &class).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))?;
+        if let Some((ip, other)) = network::conflict(self.vm, self.state.vms.state().iter().map(|v| &**v)) {
+            // Retried: the address is this VM's once the other lets it go (nothing else wakes it).
+            let message = format!("spec.network: {ip} is VirtualMachine {other:?}'s address already: give this VM another one");
+            return Err(Blocked::on(ADDRESSES_READY, Failure::transient(Reason::AddressConflict, message)));
+        }
         // User-data is read when the backend VM is made: checked here (one GET) only while
         // the VM has no Machine yet, so a missing Secret shows before anything is made.
         let has_machine = self.status.infrastructure_ref.as_ref().is_some_and(|r| r.uid.is_some());
@@ -615,6 +623,7 @@ impl<'a> Reconcile<'a> {
             failure_domain: Some(scheduled.failure_domain.clone()),
             provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
             vm: ResolvedVm {
+                nics: network::addressed(resolved.nics.clone(), self.vm),
                 user_data: self.vm.spec.user_data.clone(),
                 power_state: self.vm.spec.desired_power_state,
                 power_off_mode: self.vm.spec.power_off_mode,
@@ -668,7 +677,12 @@ impl<'a> Reconcile<'a> {
         let st: InfraMachineStatus = machine.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
         self.status.infrastructure_ref = Some(InfrastructureRef { uid: machine.uid(), ..target.clone() });
         self.status.initialization = st.initialization.clone();
-        self.status.addresses = st.addresses.clone();
+        let (addresses, reported) = network::merge(self.vm, &st.addresses);
+        self.status.addresses = addresses;
+        match reported {
+            Ok(()) => self.set(ADDRESSES_READY, true, Reason::AddressesReported, "the backend reports every address of the VM"),
+            Err(why) => self.set(ADDRESSES_READY, false, Reason::WaitingForAddress, why),
+        };
         self.status.observed_power_state = st.power_state;
         self.status.phase = st.phase;
         if st.last_restart_requested_at.is_some() {
