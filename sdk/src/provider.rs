@@ -8,7 +8,7 @@ pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase,
     ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
-    PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource,
+    PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource, UserDataFormat,
 };
 pub use crate::{Error, Result};
 

@@ -254,10 +254,36 @@ struct Run {
     delete: Phase,
 }
 
-fn vm(ns: &str, name: &str, kind: Kind) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": ns},
-           "spec": {"classRef": {"name": "bench"}, "imageRef": {"name": format!("bench-{}", kind.class())},
-                    "placement": {"providerRef": {"name": "backend"}}}})
+/// What each VM declares: the plain class (one disk, one NIC, DHCP), or the declared one
+/// (two disks, two NICs, a static address on each NIC).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    Plain,
+    Declared,
+}
+
+impl Shape {
+    fn label(self) -> &'static str {
+        match self {
+            Shape::Plain => "1 disk, 1 NIC, DHCP",
+            Shape::Declared => "2 disks, 2 NICs, static addresses",
+        }
+    }
+}
+
+/// VM number `i` of a run.
+fn vm(ns: &str, i: usize, kind: Kind, shape: Shape) -> Value {
+    let mut spec = json!({"classRef": {"name": "bench"}, "imageRef": {"name": format!("bench-{}", kind.class())},
+                          "placement": {"providerRef": {"name": "backend"}}});
+    if shape == Shape::Declared {
+        let (hi, lo) = (i / 250, i % 250 + 1);
+        spec["classRef"]["name"] = json!("bench-declared");
+        spec["network"] = json!({"interfaces": [
+            {"name": "eth0", "addresses": [format!("10.20.{hi}.{lo}/16")], "gateway": "10.20.255.254", "nameservers": ["10.20.255.253"]},
+            {"name": "eth1", "addresses": [format!("10.21.{hi}.{lo}/16")]},
+        ]});
+    }
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("vm-{i:04}"), "namespace": ns}, "spec": spec})
 }
 
 fn is_ready(vm: &VirtualMachine) -> bool {
@@ -352,7 +378,7 @@ where
 }
 
 /// One run: a fresh backend, Provider and namespace; N VMs applied → Ready, then deleted → gone.
-async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind, ns: &str, vms: usize) -> anyhow::Result<Run> {
+async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind, shape: Shape, ns: &str, vms: usize) -> anyhow::Result<Run> {
     let backend = Backend::start(kind).await?;
     let baseline = backend.vms().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -377,7 +403,7 @@ async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind
         let (client, ns, want) = (client.clone(), ns.to_string(), names.iter().cloned().collect());
         async move { await_ready(&client, &ns, want, Duration::from_secs(900)).await }
     });
-    futures::stream::iter(names.iter().map(|n| apply(client, vm(ns, n, kind)))).buffer_unordered(32).try_collect::<Vec<_>>().await?;
+    futures::stream::iter((0..vms).map(|i| apply(client, vm(ns, i, kind, shape)))).buffer_unordered(32).try_collect::<Vec<_>>().await?;
     waiting.await??;
     let ready_after = start.elapsed().as_secs_f64();
     let after = Scrape::take(ctx);
@@ -506,6 +532,16 @@ async fn bench() -> anyhow::Result<()> {
             other => panic!("BENCH_BACKENDS: unknown backend {other:?} (vsphere, proxmox)"),
         })
         .collect();
+    let shapes: Vec<Shape> = std::env::var("BENCH_SHAPES")
+        .unwrap_or_else(|_| "plain,declared".into())
+        .split(',')
+        .filter_map(|k| match k.trim() {
+            "plain" => Some(Shape::Plain),
+            "declared" => Some(Shape::Declared),
+            "" => None,
+            other => panic!("BENCH_SHAPES: unknown shape {other:?} (plain, declared)"),
+        })
+        .collect();
     let dist = guests_dist();
     for wasm in ["provider-vsphere.wasm", "provider-proxmox.wasm"] {
         anyhow::ensure!(dist.join(wasm).exists(), "{} has no {wasm}: run guests/build.sh", dist.display());
@@ -519,9 +555,14 @@ async fn bench() -> anyhow::Result<()> {
                "spec": {"component": {"source": "builtin:provider-vsphere"}, "infrastructureKind": "VSphere", "capabilities": {"http": true, "secrets": true}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "proxmox"},
                "spec": {"component": {"source": "builtin:provider-proxmox"}, "infrastructureKind": "Proxmox", "capabilities": {"http": true, "secrets": true}}}),
+        // 4 GiB: fakepve's template disk (a disk is never shrunk).
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "bench"},
-               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 1, "storageClass": "standard"}],
+               "spec": {"cpus": 1, "memoryMiB": 256, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
                         "nics": [{"name": "eth0", "networkClass": "default"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "bench-declared"},
+               "spec": {"cpus": 1, "memoryMiB": 256,
+                        "disks": [{"name": "root", "sizeGiB": 8, "storageClass": "standard"}, {"name": "data", "sizeGiB": 2, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}, {"name": "eth1", "networkClass": "default"}]}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "bench-vsphere"},
                "spec": {"sources": [{"providerClass": "vsphere", "template": vcsim::TEMPLATE}]}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "bench-proxmox"},
@@ -531,30 +572,35 @@ async fn bench() -> anyhow::Result<()> {
     }
     let (ctx, roles) = control_plane(&client, dist, dir.path().join("cache"))?;
 
-    println!("{vms} VMs per run, {runs} runs per backend, concurrency {}", ctx.options.concurrency);
-    let mut results: Vec<(Kind, Vec<Run>)> = Vec::new();
+    println!("{vms} VMs per run, {runs} runs per backend and shape, concurrency {}", ctx.options.concurrency);
+    let mut results: Vec<(Kind, Shape, Vec<Run>)> = Vec::new();
     for &kind in &kinds {
         // Warm-up: the component compiled and instantiated, the placement component loaded.
         let t = Instant::now();
-        run(&ctx, &client, server.id(), kind, &format!("{}-warmup", kind.class()), 2).await?;
+        run(&ctx, &client, server.id(), kind, Shape::Plain, &format!("{}-warmup", kind.class()), 2).await?;
         println!("{}: warm-up (2 VMs) in {:.1}s", kind.label(), t.elapsed().as_secs_f64());
-        let mut done = Vec::new();
+        // The shapes alternate run by run, so both see the machine in the same state.
+        let mut done: Vec<(Shape, Vec<Run>)> = shapes.iter().map(|s| (*s, Vec::new())).collect();
         for i in 1..=runs {
-            let r = run(&ctx, &client, server.id(), kind, &format!("{}-{i}", kind.class()), vms).await?;
-            print_run(kind, i, vms, &r);
-            done.push(r);
+            for (shape, rs) in &mut done {
+                let ns = format!("{}-{}-{i}", kind.class(), if *shape == Shape::Plain { "plain" } else { "declared" });
+                let r = run(&ctx, &client, server.id(), kind, *shape, &ns, vms).await?;
+                print!("[{}] ", shape.label());
+                print_run(kind, i, vms, &r);
+                rs.push(r);
+            }
         }
-        results.push((kind, done));
+        results.extend(done.into_iter().map(|(shape, rs)| (kind, shape, rs)));
     }
 
     let n = vms as f64;
     println!();
     println!("medians of {runs} runs, {vms} VMs each (per VM unless said otherwise):");
     println!(
-        "| backend | apply → all Ready | VMs/s | logins (probe / create / delete) | HTTP requests | driver calls | guest CPU | call wall | waiting on backend | calls in flight (mean) | CPU: control plane / API server / backend | delete → gone |"
+        "| backend | VMs | apply → all Ready | VMs/s | logins (probe / create / delete) | HTTP requests | driver calls | guest CPU | call wall | waiting on backend | calls in flight (mean) | CPU: control plane / API server / backend | delete → gone |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (kind, rs) in &results {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (kind, shape, rs) in &results {
         let m = |f: &dyn Fn(&Run) -> f64| median(rs.iter().map(f).collect());
         let logins = |f: &dyn Fn(&Run) -> Option<usize>| {
             rs.iter().map(f).collect::<Option<Vec<usize>>>().map_or("n/a".into(), |v| {
@@ -564,8 +610,9 @@ async fn bench() -> anyhow::Result<()> {
         };
         let ready = m(&|r| r.create.seconds);
         println!(
-            "| {} | {:.2} s ({}) | {:.1} | {} / {} / {} | {:.1} | {:.2} | {:.2} ms | {:.1} ms | {:.1} ms | {:.1} | {:.0} / {:.0} / {:.0} ms | {:.2} s ({}) |",
+            "| {} | {} | {:.2} s ({}) | {:.1} | {} / {} / {} | {:.1} | {:.2} | {:.2} ms | {:.1} ms | {:.1} ms | {:.1} | {:.0} / {:.0} / {:.0} ms | {:.2} s ({}) |",
             kind.label(),
+            shape.label(),
             ready,
             rs.iter().map(|r| format!("{:.2}", r.create.seconds)).collect::<Vec<_>>().join(", "),
             n / ready,
@@ -587,11 +634,12 @@ async fn bench() -> anyhow::Result<()> {
     }
     println!();
     println!("delete phase, medians per VM:");
-    for (kind, rs) in &results {
+    for (kind, shape, rs) in &results {
         let m = |f: &dyn Fn(&Run) -> f64| median(rs.iter().map(f).collect());
         println!(
-            "  {}: {:.1} HTTP requests, {:.2} calls, guest {:.2} ms, call wall {:.1} ms",
+            "  {} ({}): {:.1} HTTP requests, {:.2} calls, guest {:.2} ms, call wall {:.1} ms",
             kind.label(),
+            shape.label(),
             m(&|r| r.delete.http / n),
             m(&|r| r.delete.calls / n),
             m(&|r| r.delete.guest * 1e3 / n),

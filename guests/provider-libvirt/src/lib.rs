@@ -178,7 +178,7 @@ struct Seed {
 impl Seed {
     /// The seed goes into the boot disk's pool; refused when that pool has no room for it.
     fn build(machine: &Machine, pools: &[libvirt::PoolInfo]) -> Result<Seed> {
-        let files = seed::files(&machine.uid, &machine.name, machine.user_data.as_deref(), xml::network_config(machine).as_deref())?;
+        let files = seed::files(&machine.uid, &machine.name, xml::cloud_init_user_data(machine), xml::network_config(machine).as_deref())?;
         let image = seed::image(&files)?;
         let pool = machine.disks[0].target.clone();
         let free = pools.iter().find(|p| p.name == pool).map_or(0, |p| p.available_bytes);

@@ -220,7 +220,7 @@ pub fn inventory(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use banlieue_sdk::provider::{Disk, Firmware, Nic, UrlSource};
+    use banlieue_sdk::provider::{Disk, Firmware, Nic, UrlSource, UserDataFormat};
 
     fn config(endpoint: &str) -> ProviderConfig {
         ProviderConfig {
@@ -285,6 +285,7 @@ mod tests {
             nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
             image: ImageSource::BackingFile("/images/base.qcow2".into()),
             user_data: None,
+            user_data_format: UserDataFormat::CloudConfig,
             failure_domain: "host-a".into(),
             power_state: PowerState::PoweredOn,
             labels: vec![],

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use banlieue_sdk::provider::{Firmware, Machine};
+use banlieue_sdk::provider::{Firmware, Machine, UserDataFormat};
 use banlieue_sdk::{Error, Result};
 
 use crate::naming;
@@ -98,6 +98,18 @@ pub struct Extras<'a> {
     pub serial_log: Option<&'a str>,
 }
 
+/// The QEMU firmware configuration entry Ignition reads on the `qemu` platform.
+pub const IGNITION_FW_CFG: &str = "opt/com.coreos/config";
+
+/// The user-data cloud-init gets: the machine's, unless it is Ignition (which goes to
+/// the firmware configuration instead, never to cloud-init).
+pub fn cloud_init_user_data(machine: &Machine) -> Option<&str> {
+    match machine.user_data_format {
+        UserDataFormat::CloudConfig => machine.user_data.as_deref(),
+        UserDataFormat::Ignition => None,
+    }
+}
+
 /// The MAC of the machine's `index`-th NIC when it has static addresses (QEMU's prefix).
 pub fn mac(machine: &Machine, index: usize) -> String {
     banlieue_sdk::network::stable_mac([0x52, 0x54, 0x00], 0xff, &machine.uid, index)
@@ -125,7 +137,7 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
         xml,
         "<banlieue:uid>{uid}</banlieue:uid><banlieue:namespace>{ns}</banlieue:namespace><banlieue:name>{name}</banlieue:name>"
     )?;
-    if let (Some(user_data), None) = (&machine.user_data, extras.seed) {
+    if let (Some(user_data), None) = (cloud_init_user_data(machine), extras.seed) {
         write!(xml, "<banlieue:user-data encoding='base64'>{}</banlieue:user-data>", base64(user_data.as_bytes()))?;
     }
     if let (Some(config), None) = (network_config(machine), extras.seed) {
@@ -138,6 +150,10 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
         Firmware::Bios => "",
     };
     write!(xml, "<os{firmware}><type arch='x86_64'>hvm</type><boot dev='hd'/></os>")?;
+    if let (UserDataFormat::Ignition, Some(config)) = (machine.user_data_format, &machine.user_data) {
+        // Ignition's QEMU platform reads its config from this fw_cfg entry.
+        write!(xml, "<sysinfo type='fwcfg'><entry name='{IGNITION_FW_CFG}'>{}</entry></sysinfo>", text("Ignition config", config)?)?;
+    }
     xml.push_str("<features><acpi/><apic/></features><devices>");
     for (i, disk) in machine.disks.iter().enumerate() {
         let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
@@ -219,7 +235,7 @@ fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use banlieue_sdk::provider::{Disk, ImageSource, Nic, PowerState};
+    use banlieue_sdk::provider::{Disk, ImageSource, Nic, PowerState, UserDataFormat};
 
     pub(crate) fn machine() -> Machine {
         Machine {
@@ -236,6 +252,7 @@ mod tests {
             nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
             image: ImageSource::BackingFile("/var/lib/images/base.qcow2".into()),
             user_data: None,
+            user_data_format: UserDataFormat::CloudConfig,
             failure_domain: "host-a".into(),
             power_state: PowerState::PoweredOn,
             labels: vec![],
@@ -371,6 +388,19 @@ mod tests {
         assert!(xml.contains(&format!("<banlieue:network-config encoding='base64'>{}</banlieue:network-config>", base64(network_config(&m).unwrap().as_bytes()))));
         let seeded = domain("qemu", &m, Extras { seed: Some(("p", "v")), serial_log: None }).unwrap();
         assert!(!seeded.contains("network-config"), "with a seed, the config is in the seed");
+    }
+
+    #[test]
+    fn ignition_goes_to_the_firmware_configuration_never_to_cloud_init() {
+        let mut m = machine();
+        m.user_data = Some(r#"{"ignition":{"version":"3.4.0"},"x":"<&>"}"#.into());
+        m.user_data_format = UserDataFormat::Ignition;
+        let xml = domain("test", &m, Extras::default()).unwrap();
+        assert!(xml.contains("<sysinfo type='fwcfg'><entry name='opt/com.coreos/config'>{&quot;ignition&quot;:{&quot;version&quot;:&quot;3.4.0&quot;},&quot;x&quot;:&quot;&lt;&amp;&gt;&quot;}</entry></sysinfo>"), "{xml}");
+        assert!(!xml.contains("banlieue:user-data"), "not recorded as cloud-init user-data: {xml}");
+        assert_eq!(cloud_init_user_data(&m), None);
+        m.user_data_format = UserDataFormat::CloudConfig;
+        assert!(!domain("test", &m, Extras::default()).unwrap().contains("sysinfo"));
     }
 
     #[test]

@@ -75,7 +75,7 @@
 
 use banlieue_sdk::provider::{
     Driver, FailureDomain, Firmware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus,
-    PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
+    PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
@@ -590,6 +590,11 @@ impl Driver for Proxmox {
         }
 
         // Check the spec against the cluster before making anything.
+        if machine.user_data_format == UserDataFormat::Ignition && machine.user_data.is_some() {
+            return Err(Error::InvalidSpec(
+                "Proxmox VE cannot deliver Ignition: its cloud-init drive takes cloud-config keys only, and a whole config needs `cicustom` with a snippet storage PVE's API cannot upload to; use cloud-config user-data on Proxmox VE, or another backend".into(),
+            ));
+        }
         let (template_node, template_vmid) = resolve_template(&pve, &machine.image)?;
         let nodes = online_nodes(&pve)?;
         let target = if machine.failure_domain.is_empty() { template_node.clone() } else { machine.failure_domain.clone() };

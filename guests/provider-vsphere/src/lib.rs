@@ -62,7 +62,7 @@
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
     Address, AddressType, Capacity, Driver, FailureDomain, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, condition, power_off,
+    MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info};
@@ -453,9 +453,15 @@ pub fn extra_config(machine: &Machine) -> Vec<(String, String)> {
         ("guestinfo.metadata".to_string(), metadata(machine)),
         ("guestinfo.metadata.encoding".to_string(), "base64".to_string()),
     ];
+    // Ignition's VMware platform reads `guestinfo.ignition.config.data`; cloud-init's VMware
+    // datasource `guestinfo.userdata`.
+    let key = match machine.user_data_format {
+        UserDataFormat::CloudConfig => "guestinfo.userdata",
+        UserDataFormat::Ignition => "guestinfo.ignition.config.data",
+    };
     if let Some(ud) = &machine.user_data {
-        out.push(("guestinfo.userdata".into(), base64(ud.as_bytes())));
-        out.push(("guestinfo.userdata.encoding".into(), "base64".into()));
+        out.push((key.into(), base64(ud.as_bytes())));
+        out.push((format!("{key}.encoding"), "base64".into()));
     }
     out
 }

@@ -53,6 +53,10 @@ pub struct VirtualMachineSpec {
     /// Cloud-init / ignition user-data, read from a Secret key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretKeyRef>,
+    /// How the guest reads `userData`: cloud-init (default) or Ignition. A backend that
+    /// cannot deliver Ignition refuses the VM, never passes it on as cloud-init.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_format: Option<crate::infra::UserDataFormat>,
     /// Static addresses of the class's NICs; a NIC not named here takes DHCP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<VmNetwork>,

@@ -24,7 +24,7 @@ pub(crate) mod bindings {
 pub use bindings::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase, ImageRequest,
     ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, UrlSource,
+    ProviderConfig, UrlSource, UserDataFormat,
 };
 
 /// A provider driver ready to be called.

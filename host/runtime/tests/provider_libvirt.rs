@@ -12,7 +12,7 @@ use banlieue_runtime::capability::Grants;
 use banlieue_runtime::capability::libvirt::LibvirtGrant;
 use banlieue_runtime::provider::{
     Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, ProviderDriver,
+    ProviderConfig, ProviderDriver, UserDataFormat,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use common::guest;
@@ -61,6 +61,7 @@ fn machine(uid: &str) -> Machine {
         nics: vec![Nic { name: "eth0".into(), network: "default".into(), ip: None }],
         image: ImageSource::BackingFile("/var/lib/banlieue/images/debian-12 & co.qcow2".into()),
         user_data: Some("#cloud-config\nhostname: vm\n".into()),
+        user_data_format: UserDataFormat::CloudConfig,
         failure_domain: "host-a".into(),
         power_state: PowerState::PoweredOn,
         labels: vec![],
@@ -129,6 +130,24 @@ async fn static_addresses_pin_each_mac_and_the_network_config_matches_it() {
     assert_eq!(network["ethernets"]["eth0"]["addresses"], serde_json::json!(["192.168.122.50/24"]));
     assert_eq!(network["ethernets"]["eth1"]["match"]["macaddress"], macs[1]);
     assert_eq!(network["ethernets"]["eth1"]["dhcp4"], true);
+    driver.delete(&config(), &machine_ref(UID), power_off(PowerOffMode::Hard), limits(), grants).await.unwrap();
+}
+
+/// Ignition user-data goes to the QEMU firmware configuration entry Ignition reads, as
+/// libvirt holds the domain; not to cloud-init.
+#[tokio::test]
+async fn ignition_reaches_the_firmware_configuration() {
+    let (_turn, driver, conn, grants) = setup().await;
+    let mut m = machine(UID);
+    m.user_data = Some(r#"{"ignition":{"version":"3.4.0"}}"#.into());
+    m.user_data_format = UserDataFormat::Ignition;
+    driver.create(&config(), &m, limits(), grants.clone()).await.unwrap();
+    let xml = conn.domain_xml("ns_vm").await.unwrap();
+    let entry = xml.split("<entry name=").nth(1).expect("a fw_cfg entry");
+    assert!(entry.starts_with("'opt/com.coreos/config'>") || entry.starts_with("\"opt/com.coreos/config\">"), "{xml}");
+    assert!(entry.contains("{&quot;ignition&quot;:{&quot;version&quot;:&quot;3.4.0&quot;}}") || entry.contains(r#"{"ignition":{"version":"3.4.0"}}"#), "{xml}");
+    assert!(xml.contains("<sysinfo type=") && xml.contains("fwcfg"), "{xml}");
+    assert!(!xml.contains("banlieue:user-data"), "not recorded as cloud-init user-data: {xml}");
     driver.delete(&config(), &machine_ref(UID), power_off(PowerOffMode::Hard), limits(), grants).await.unwrap();
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use banlieue_runtime::capability::Grants;
 use banlieue_runtime::capability::libvirt::LibvirtGrant;
 use banlieue_runtime::provider::{
-    Disk, Firmware, ImageSource, Machine, MachineRef, Nic, PowerOff, PowerOffMode, PowerState, ProviderConfig, ProviderDriver,
+    Disk, Firmware, ImageSource, Machine, MachineRef, Nic, PowerOff, PowerOffMode, PowerState, ProviderConfig, ProviderDriver, UserDataFormat,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use banlieue_test_backends::libvirtd::{Libvirtd, wait_for, wait_for_async};
@@ -56,6 +56,7 @@ fn machine(lv: &Libvirtd, name: &str, uid: &str, user_data: &str) -> Machine {
         nics: vec![Nic { name: "eth0".into(), network: lv.network.clone(), ip: None }],
         image: ImageSource::BackingFile(lv.guest_disk()),
         user_data: Some(user_data.into()),
+        user_data_format: UserDataFormat::CloudConfig,
         failure_domain: "kvm-1".into(),
         power_state: PowerState::PoweredOn,
         labels: vec![],

@@ -17,7 +17,7 @@ use banlieue_runtime::capability::secrets::SecretsGrant;
 use banlieue_runtime::capability::session::SessionStore;
 use banlieue_runtime::provider::{
     Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, Nic, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, ProviderDriver,
+    ProviderConfig, ProviderDriver, UserDataFormat,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use banlieue_secrets::StaticSecrets;
@@ -89,6 +89,7 @@ fn machine(uid: &str, name: &str) -> Machine {
         nics: vec![Nic { name: "eth0".into(), network: "vmbr0".into(), ip: None }],
         image: ImageSource::Template(fakepve::TEMPLATE_VMID.to_string()),
         user_data: Some(format!("#cloud-config\nuser: ops\nssh_authorized_keys:\n  - {SSH_KEY}\npackages:\n  - nginx\n")),
+        user_data_format: UserDataFormat::CloudConfig,
         failure_domain: "pve1".into(),
         power_state: PowerState::PoweredOn,
         labels: vec![],
@@ -356,6 +357,11 @@ async fn bad_specs_are_invalid_and_leave_nothing() {
     let mut m = machine(UID, "vm1");
     m.nics[0].ip = Some(static_ip(&["10.0.0.5/24", "10.0.0.6/24"], None));
     invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "one IPv4 and one IPv6");
+    // Ignition: PVE's cloud-init cannot take it, and it is never passed on as cloud-init.
+    let mut m = machine(UID, "vm1");
+    m.user_data = Some(r#"{"ignition":{"version":"3.4.0"}}"#.into());
+    m.user_data_format = UserDataFormat::Ignition;
+    invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "cannot deliver Ignition");
     let mut m = machine(UID, "vm1");
     m.failure_domain = "pve7".into();
     invalid_spec(d.create(&cfg, &m, limits(), g.clone()).await, "pve7");

@@ -14,7 +14,7 @@ use banlieue_runtime::capability::secrets::SecretsGrant;
 use banlieue_runtime::capability::session::SessionStore;
 use banlieue_runtime::provider::{
     AddressType, Disk, Firmware, ImageSource, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff,
-    PowerOffMode, PowerState, ProviderConfig, ProviderDriver,
+    PowerOffMode, PowerState, ProviderConfig, ProviderDriver, UserDataFormat,
 };
 use banlieue_runtime::{CallError, GuestError, Limits, Runtime, RuntimeConfig};
 use banlieue_secrets::StaticSecrets;
@@ -61,6 +61,7 @@ fn machine(template: &str) -> Machine {
         nics: vec![Nic { name: "eth0".into(), network: "VM Network".into(), ip: None }],
         image: ImageSource::Template(template.into()),
         user_data: Some(USER_DATA.into()),
+        user_data_format: UserDataFormat::CloudConfig,
         failure_domain: "DC0_C0".into(),
         power_state: PowerState::PoweredOn,
         labels: vec![],
@@ -365,6 +366,25 @@ async fn static_addresses_reach_guestinfo_metadata_matched_by_mac() {
     assert_eq!(eth0["routes"], serde_json::json!([{"to": "0.0.0.0/0", "via": "10.0.0.1"}]), "{meta}");
     assert_eq!(eth0["nameservers"], serde_json::json!({"addresses": ["10.0.0.2"], "search": ["lab.example"]}), "{meta}");
     assert_eq!(meta["instance-id"], UID);
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g).await.unwrap();
+}
+
+/// Ignition user-data goes where Ignition's VMware platform reads it
+/// (`guestinfo.ignition.config.data`, base64), read back from vcsim; never to cloud-init's key.
+#[tokio::test]
+async fn ignition_reaches_guestinfo_ignition_config_data() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let mut m = machine(vcsim::TEMPLATE);
+    let ignition = r#"{"ignition":{"version":"3.4.0"}}"#;
+    m.user_data = Some(ignition.into());
+    m.user_data_format = UserDataFormat::Ignition;
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let vm = vc.find_vm(UID).await.unwrap().expect("the VM");
+    assert_eq!(vc.extra_config(&vm, "guestinfo.ignition.config.data").await.unwrap(), Some(b64(ignition)));
+    assert_eq!(vc.extra_config(&vm, "guestinfo.ignition.config.data.encoding").await.unwrap().as_deref(), Some("base64"));
+    assert_eq!(vc.extra_config(&vm, "guestinfo.userdata").await.unwrap(), None, "not handed to cloud-init");
     d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g).await.unwrap();
 }
 

@@ -53,6 +53,10 @@ pub(super) async fn wit_machine(ctx: &Context, m: &DynamicObject, spec: &InfraMa
         nics: vm.nics.iter().enumerate().map(|(i, n)| wit_nic(i, n)).collect::<Result<_, _>>()?,
         image,
         user_data,
+        user_data_format: match vm.user_data_format.unwrap_or_default() {
+            banlieue_api::infra::UserDataFormat::CloudConfig => wit::UserDataFormat::CloudConfig,
+            banlieue_api::infra::UserDataFormat::Ignition => wit::UserDataFormat::Ignition,
+        },
         failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
         power_state: wit_power(vm.power_state),
         labels: m.labels().clone().into_iter().collect(),

@@ -625,6 +625,7 @@ impl<'a> Reconcile<'a> {
             vm: ResolvedVm {
                 nics: network::addressed(resolved.nics.clone(), self.vm),
                 user_data: self.vm.spec.user_data.clone(),
+                user_data_format: self.vm.spec.user_data_format,
                 power_state: self.vm.spec.desired_power_state,
                 power_off_mode: self.vm.spec.power_off_mode,
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
