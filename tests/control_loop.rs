@@ -359,9 +359,7 @@ async fn static_addresses_reach_the_domain_and_mistakes_make_nothing() -> anyhow
     let libvirt = banlieue_libvirt::Connections::new().get(DEFAULT_URI).await?;
     let xml = libvirt.domain_xml(&format!("{}_db", env.ns)).await?;
     let mac = xml.split("<mac address=").nth(1).and_then(|r| r.get(1..18)).expect("a MAC");
-    let encoded = xml.split("<banlieue:network-config").nth(1).and_then(|r| r.split_once('>')).and_then(|(_, r)| r.split('<').next()).expect("the network-config");
-    use base64::Engine as _;
-    let config: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?;
+    let config = network_config(&xml)?;
     assert_eq!(config["ethernets"]["eth0"]["match"]["macaddress"], mac, "{config}");
     assert_eq!(config["ethernets"]["eth0"]["addresses"], json!(["10.9.0.5/24"]), "{config}");
     assert_eq!(config["ethernets"]["eth0"]["nameservers"]["addresses"], json!(["10.9.0.2"]), "{config}");
@@ -372,6 +370,92 @@ async fn static_addresses_reach_the_domain_and_mistakes_make_nothing() -> anyhow
     assert!(condition(&v, "AddressesReady").unwrap().2.contains("\"db\""), "names the VM holding it: {:?}", condition(&v, "AddressesReady"));
     assert!(machines(&env).get_opt("copy").await?.is_none());
     assert!(is_ready(vms.get_opt("db").await?.as_ref()), "the older VM is untouched");
+    Ok(())
+}
+
+/// The cloud-init network-config the libvirt driver put in a test-driver domain's metadata.
+fn network_config(xml: &str) -> anyhow::Result<Value> {
+    use base64::Engine as _;
+    let encoded = xml
+        .split("<banlieue:network-config")
+        .nth(1)
+        .and_then(|r| r.split_once('>'))
+        .and_then(|(_, r)| r.split('<').next())
+        .ok_or_else(|| anyhow::anyhow!("no network-config in the domain: {xml}"))?;
+    Ok(serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?)
+}
+
+/// Addresses from IP pools through Cluster API's IPAM contract, the test playing the IPAM
+/// provider (as the contract says one answers): a VM waits, placed nowhere, until its claim
+/// is answered; the address reaches the domain; an address made for another claim is
+/// refused; the provider's word on a pool it cannot serve shows on the VM; and the claim
+/// is released when the VM leaves the pool and when it is deleted.
+#[tokio::test]
+async fn addresses_from_ip_pools_are_claimed_delivered_and_released() -> anyhow::Result<()> {
+    use banlieue_tests::ipam;
+    let env = TestEnv::start("vm-ipam").await?;
+    env.install_crds().await?;
+    ipam::install_crds(&env.client).await?;
+    // As installed: the controller claims with only the rules deploy/ grants it.
+    let _cp = ControlPlane::start_as_installed(&env).await?;
+    fixtures(&env).await?;
+    let (vms, claims) = (Api::<VirtualMachine>::namespaced(env.client.clone(), &env.ns), ipam::claims(&env.client, &env.ns));
+    let from_pool = |pool: &str| {
+        json!({"desiredPowerState": "PoweredOff",
+               "network": {"interfaces": [{"name": "eth0", "nameservers": ["10.9.0.2"], "addressesFromPools": [ipam::pool(pool)]}]}})
+    };
+    let waiting_with = |words: &'static str| {
+        move |v: Option<&VirtualMachine>| {
+            v.and_then(|v| condition(v, "AddressesReady")).is_some_and(|(s, r, m)| s == "False" && r == "WaitingForIPAddress" && m.contains(words))
+        }
+    };
+
+    // The VM claims an address and waits: nothing is placed, no Machine made.
+    env.apply(vm(&env, "web", from_pool("lan"))).await?;
+    let v = wait_for(&vms, "web", 30, "waiting for its address", waiting_with("waiting for the pool's IPAM provider")).await?;
+    assert!(condition(&v, "AddressesReady").unwrap().2.starts_with("spec.network.interfaces[0].addressesFromPools[0]"), "{:?}", condition(&v, "AddressesReady"));
+    let claim = claims.get("web-eth0-0").await?;
+    assert_eq!(claim.data["spec"]["poolRef"], ipam::pool("lan"));
+    assert_eq!(claim.owner_references()[0].uid, v.uid().unwrap(), "the claim is the VM's (garbage-collected with it)");
+    assert_eq!(v.status.as_ref().unwrap().ip_address_claims, ["web-eth0-0"]);
+    assert!(v.status.as_ref().unwrap().scheduled.is_none(), "not placed before its address");
+    assert!(machines(&env).get_opt("web").await?.is_none());
+
+    // The IPAM provider answers: the address reaches the Machine and the domain.
+    ipam::answer(&env.client, &env.ns, "web-eth0-0", "web-eth0-0", "lan-10-9-0-7", "10.9.0.7", 24, "10.9.0.1").await?;
+    let v = wait_for(&vms, "web", 60, "Ready", is_ready).await?;
+    let nic = &machines(&env).get("web").await?.data["spec"]["vm"]["nics"][0];
+    assert_eq!((&nic["addresses"], &nic["gateway"], &nic["nameservers"]), (&json!(["10.9.0.7/24"]), &json!("10.9.0.1"), &json!(["10.9.0.2"])), "{nic}");
+    assert_eq!(v.status.as_ref().unwrap().addresses.first().map(|a| a.address.as_str()), Some("10.9.0.7"));
+    let libvirt = banlieue_libvirt::Connections::new().get(DEFAULT_URI).await?;
+    let config = network_config(&libvirt.domain_xml(&format!("{}_web", env.ns)).await?)?;
+    assert_eq!(config["ethernets"]["eth0"]["addresses"], json!(["10.9.0.7/24"]), "{config}");
+
+    // An address made for another claim is refused; the right one is taken.
+    env.apply(vm(&env, "api", from_pool("lan"))).await?;
+    wait_for(&claims, "api-eth0-0", 30, "api's claim", |c: Option<&DynamicObject>| c.is_some()).await?;
+    ipam::answer(&env.client, &env.ns, "api-eth0-0", "web-eth0-0", "lan-10-9-0-7", "10.9.0.7", 24, "10.9.0.1").await?;
+    wait_for(&vms, "api", 30, "another claim's address refused", waiting_with("belongs to claim \"web-eth0-0\"")).await?;
+    assert!(machines(&env).get_opt("api").await?.is_none(), "nothing made on another VM's address");
+    ipam::answer(&env.client, &env.ns, "api-eth0-0", "api-eth0-0", "lan-10-9-0-8", "10.9.0.8", 24, "10.9.0.1").await?;
+    wait_for(&vms, "api", 60, "Ready", is_ready).await?;
+    assert_eq!(machines(&env).get("api").await?.data["spec"]["vm"]["nics"][0]["addresses"], json!(["10.9.0.8/24"]));
+
+    // A pool the provider cannot serve: its words show on the VM.
+    env.apply(vm(&env, "lost", from_pool("nope"))).await?;
+    wait_for(&claims, "lost-eth0-0", 30, "lost's claim", |c: Option<&DynamicObject>| c.is_some()).await?;
+    ipam::refuse(&env.client, &env.ns, "lost-eth0-0", "PoolNotFound", "InClusterIPPool nope not found").await?;
+    let v = wait_for(&vms, "lost", 30, "the provider's words", waiting_with("PoolNotFound: InClusterIPPool nope not found")).await?;
+    assert_eq!(condition(&v, "Ready").map(|c| c.1), Some("WaitingForIPAddress".to_string()));
+
+    // Leaving the pool releases the claim; so does deleting the VM.
+    env.apply(vm(&env, "api", json!({"desiredPowerState": "PoweredOff"}))).await?;
+    await_deleted(&claims, "api-eth0-0").await?;
+    let v = wait_for(&vms, "api", 30, "its claim forgotten", |v: Option<&VirtualMachine>| v.is_some_and(|v| v.status.as_ref().is_some_and(|s| s.ip_address_claims.is_empty()))).await?;
+    assert!(is_ready(Some(&v)));
+    vms.delete("web", &Default::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert!(claims.get_opt("web-eth0-0").await?.is_none(), "released with the VM");
     Ok(())
 }
 

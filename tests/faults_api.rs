@@ -148,10 +148,18 @@ const CONVERGE_WITHIN: Duration = Duration::from_secs(300);
 async fn converge(made: &mut MadeFor, env: &TestEnv, hosts: &[Libvirt], declared: &BTreeSet<String>, tally: &mut Tally, what: &str) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if converged(made, env, hosts, declared, tally).await? {
-            let took = started.elapsed();
-            println!("{what}: {} VMs converged in {:.2} s", declared.len(), took.as_secs_f64());
-            return Ok(took);
+        match converged(made, env, hosts, declared, tally).await {
+            Ok(true) => {
+                let took = started.elapsed();
+                println!("{what}: {} VMs converged in {:.2} s", declared.len(), took.as_secs_f64());
+                return Ok(took);
+            }
+            Ok(false) => {}
+            // A kube-apiserver just restarted may fail a read with a 500 while its etcd client
+            // reconnects ("rpc error: … unexpected EOF"): the test's own look, not the control
+            // plane, failed; look again (the bound below still holds).
+            Err(e) if server_error(&e) => eprintln!("{what}: looking again after {e:#}"),
+            Err(e) => return Err(e),
         }
         if started.elapsed() > CONVERGE_WITHIN {
             let d = domains(env, hosts).await?;
@@ -173,6 +181,11 @@ async fn converge(made: &mut MadeFor, env: &TestEnv, hosts: &[Libvirt], declared
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Whether `e` is the API server failing a request (a 5xx), which a retry may not see.
+fn server_error(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code >= 500)
 }
 
 /// A fault while `act` runs: SIGKILL the server after a random delay, leave it down a while,

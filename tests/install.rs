@@ -718,6 +718,14 @@ fn least_privilege(log: &[Request], rbac: &std::path::Path) -> anyhow::Result<()
         ("provider", "get", "cluster.x-k8s.io", "clusters"),
         ("provider", "list", "cluster.x-k8s.io", "clusters"),
         ("provider", "watch", "cluster.x-k8s.io", "clusters"),
+        // Addresses from IP pools: Cluster API IPAM claims and the addresses answering them
+        // (control_loop's IP pool test, which runs the roles as these ServiceAccounts too).
+        ("controller", "get", "ipam.cluster.x-k8s.io", "ipaddressclaims"),
+        ("controller", "list", "ipam.cluster.x-k8s.io", "ipaddressclaims"),
+        ("controller", "watch", "ipam.cluster.x-k8s.io", "ipaddressclaims"),
+        ("controller", "create", "ipam.cluster.x-k8s.io", "ipaddressclaims"),
+        ("controller", "delete", "ipam.cluster.x-k8s.io", "ipaddressclaims"),
+        ("controller", "get", "ipam.cluster.x-k8s.io", "ipaddresses"),
         // VMImage builds: kairos-operator's OSArtifacts (the images suite's build test, which
         // installs their CRD and runs the roles as these ServiceAccounts too).
         ("imagebuilder", "list", "build.kairos.io", "osartifacts"),

@@ -13,7 +13,8 @@
 //! once the Provider is Ready (its first probe, and login, done).
 //!
 //! `cargo bench -p banlieue-tests --bench providers`
-//! (BENCH_VMS=100, BENCH_RUNS=3, BENCH_BACKENDS=vsphere,proxmox, BENCH_CONCURRENCY=32;
+//! (BENCH_VMS=100, BENCH_RUNS=3, BENCH_BACKENDS=vsphere,proxmox, BENCH_CONCURRENCY=32,
+//! BENCH_SHAPES=plain,declared,pools — see [`Shape`];
 //! BENCH_PVE_DIRECT=1 points the Proxmox Provider at fakepve's https URL instead of the
 //! fixture's counting proxy, so logins are not counted).
 //!
@@ -30,6 +31,7 @@ use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::bench::{control_plane, env_or, median};
 use banlieue_tests::control::{apply, guests_dist};
+use banlieue_tests::ipam;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -255,11 +257,13 @@ struct Run {
 }
 
 /// What each VM declares: the plain class (one disk, one NIC, DHCP), or the declared one
-/// (two disks, two NICs, a static address on each NIC).
+/// (two disks, two NICs, a static address on each NIC), or the declared one taking both
+/// addresses from IP pools (Cluster API IPAM claims, answered by [`ipam::serve`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Shape {
     Plain,
     Declared,
+    Pools,
 }
 
 impl Shape {
@@ -267,6 +271,15 @@ impl Shape {
         match self {
             Shape::Plain => "1 disk, 1 NIC, DHCP",
             Shape::Declared => "2 disks, 2 NICs, static addresses",
+            Shape::Pools => "2 disks, 2 NICs, addresses from IP pools",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Plain => "plain",
+            Shape::Declared => "declared",
+            Shape::Pools => "pools",
         }
     }
 }
@@ -281,6 +294,13 @@ fn vm(ns: &str, i: usize, kind: Kind, shape: Shape) -> Value {
         spec["network"] = json!({"interfaces": [
             {"name": "eth0", "addresses": [format!("10.20.{hi}.{lo}/16")], "gateway": "10.20.255.254", "nameservers": ["10.20.255.253"]},
             {"name": "eth1", "addresses": [format!("10.21.{hi}.{lo}/16")]},
+        ]});
+    }
+    if shape == Shape::Pools {
+        spec["classRef"]["name"] = json!("bench-declared");
+        spec["network"] = json!({"interfaces": [
+            {"name": "eth0", "nameservers": ["10.30.255.253"], "addressesFromPools": [ipam::pool("lan")]},
+            {"name": "eth1", "addressesFromPools": [ipam::pool("storage")]},
         ]});
     }
     json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": format!("vm-{i:04}"), "namespace": ns}, "spec": spec})
@@ -399,6 +419,8 @@ async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind
     let names: Vec<String> = (0..vms).map(|i| format!("vm-{i:04}")).collect();
     let cpu0 = cpu_split(api_pid);
     let start = Instant::now();
+    // One IPAM provider per namespace: its claims only (dropped with the run).
+    let _ipam = (shape == Shape::Pools).then(|| ipam::serve(client.clone(), ns.to_string(), "10.30.0.1".parse().expect("an address")));
     let waiting = tokio::spawn({
         let (client, ns, want) = (client.clone(), ns.to_string(), names.iter().cloned().collect());
         async move { await_ready(&client, &ns, want, Duration::from_secs(900)).await }
@@ -413,6 +435,11 @@ async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind
     let (logins1, proxied1) = (backend.logins().await?, backend.proxied());
     let made = backend.vms().await?.difference(&baseline).count();
     anyhow::ensure!(made == vms, "{} holds {made} new VMs once {vms} are Ready", kind.label());
+    let claims = ipam::claims(client, ns);
+    if shape == Shape::Pools {
+        let claimed = claims.list(&ListParams::default()).await?.items.len();
+        anyhow::ensure!(claimed == 2 * vms, "{claimed} IP address claims for {vms} VMs of two pooled NICs each");
+    }
     let create = Phase::from(
         &after.since(&before),
         kind.class(),
@@ -442,6 +469,10 @@ async fn run(ctx: &Arc<Context>, client: &kube::Client, api_pid: u32, kind: Kind
         Ok((left > 0).then(|| format!("{left} VMs left on the backend")))
     })
     .await?;
+    if shape == Shape::Pools {
+        let left = claims.list(&ListParams::default()).await?.items.len();
+        anyhow::ensure!(left == 0, "{left} IP address claims left once every VM is gone");
+    }
     let deleted_after = start.elapsed().as_secs_f64();
     let end = Scrape::take(ctx);
     let (logins2, proxied2) = (backend.logins().await?, backend.proxied());
@@ -533,13 +564,14 @@ async fn bench() -> anyhow::Result<()> {
         })
         .collect();
     let shapes: Vec<Shape> = std::env::var("BENCH_SHAPES")
-        .unwrap_or_else(|_| "plain,declared".into())
+        .unwrap_or_else(|_| "plain,declared,pools".into())
         .split(',')
         .filter_map(|k| match k.trim() {
             "plain" => Some(Shape::Plain),
             "declared" => Some(Shape::Declared),
+            "pools" => Some(Shape::Pools),
             "" => None,
-            other => panic!("BENCH_SHAPES: unknown shape {other:?} (plain, declared)"),
+            other => panic!("BENCH_SHAPES: unknown shape {other:?} (plain, declared, pools)"),
         })
         .collect();
     let dist = guests_dist();
@@ -570,6 +602,9 @@ async fn bench() -> anyhow::Result<()> {
     ] {
         apply(&client, object).await?;
     }
+    if shapes.contains(&Shape::Pools) {
+        ipam::install_crds(&client).await?;
+    }
     let (ctx, roles) = control_plane(&client, dist, dir.path().join("cache"))?;
 
     println!("{vms} VMs per run, {runs} runs per backend and shape, concurrency {}", ctx.options.concurrency);
@@ -583,7 +618,7 @@ async fn bench() -> anyhow::Result<()> {
         let mut done: Vec<(Shape, Vec<Run>)> = shapes.iter().map(|s| (*s, Vec::new())).collect();
         for i in 1..=runs {
             for (shape, rs) in &mut done {
-                let ns = format!("{}-{}-{i}", kind.class(), if *shape == Shape::Plain { "plain" } else { "declared" });
+                let ns = format!("{}-{}-{i}", kind.class(), shape.name());
                 let r = run(&ctx, &client, server.id(), kind, *shape, &ns, vms).await?;
                 print!("[{}] ", shape.label());
                 print_run(kind, i, vms, &r);

@@ -20,6 +20,7 @@ pub mod bootstrap;
 pub mod control;
 pub mod faults;
 pub mod files;
+pub mod ipam;
 
 /// banlieue's own namespace (Leases).
 pub const SYSTEM_NAMESPACE: &str = banlieue_controller::SYSTEM_NAMESPACE;

@@ -173,8 +173,15 @@ impl StaticIp {
     /// addresses are CIDRs, the gateway an IP inside one of them, nameservers IPs. The
     /// error names the field and what to do.
     pub fn check(&self, field: &str) -> Result<(), String> {
+        self.check_with_pools(field, false)
+    }
+
+    /// [`StaticIp::check`] of a NIC that may also take addresses from pools: with
+    /// `from_pools`, `addresses` may be empty, and a gateway outside them is left to the
+    /// check of what the pools allocate.
+    pub fn check_with_pools(&self, field: &str, from_pools: bool) -> Result<(), String> {
         let ip = self;
-        if ip.addresses.is_empty() {
+        if ip.addresses.is_empty() && !from_pools {
             return Err(format!("{field}.addresses: name at least one address (or leave the NIC out: it takes DHCP)"));
         }
         let mut cidrs = Vec::new();
@@ -187,7 +194,7 @@ impl StaticIp {
         }
         if let Some(g) = &ip.gateway {
             let gw: IpAddr = g.parse().map_err(|_| format!("{field}.gateway: {g:?} is not an IP address"))?;
-            if !cidrs.iter().any(|c| c.contains(gw)) {
+            if !from_pools && !cidrs.iter().any(|c| c.contains(gw)) {
                 return Err(format!(
                     "{field}.gateway: {gw} is outside the interface's networks ({}): use a gateway inside one of them",
                     ip.addresses.join(", ")

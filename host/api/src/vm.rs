@@ -57,7 +57,7 @@ pub struct VirtualMachineSpec {
     /// cannot deliver Ignition refuses the VM, never passes it on as cloud-init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data_format: Option<crate::infra::UserDataFormat>,
-    /// Static addresses of the class's NICs; a NIC not named here takes DHCP.
+    /// Static addresses (or IP pools) of the class's NICs; a NIC not named here takes DHCP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<VmNetwork>,
     /// What happens when the placement no longer matches where the VM runs.
@@ -87,6 +87,34 @@ pub struct InterfaceAddressing {
     pub name: String,
     #[serde(flatten)]
     pub ip: StaticIp,
+    /// IP pools to take an address from (one each), through Cluster API's IPAM contract
+    /// (`ipam.cluster.x-k8s.io/v1beta1`): banlieue claims an address per pool
+    /// (`IPAddressClaim` `<vm>-<nic>-<index>`, owned by the VM), waits for the IPAM
+    /// provider's `IPAddress`, and releases the claim when the VM is deleted or no longer
+    /// names the pool. The pool's gateway is the NIC's unless `gateway` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub addresses_from_pools: Vec<PoolRef>,
+}
+
+/// An IP pool of an IPAM provider (a `TypedLocalObjectReference` in the VM's namespace, as
+/// Cluster API's IPAM contract shapes it), e.g. `{apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool, name: lan}`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRef {
+    /// The pool kind's API group.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_group: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+impl std::fmt::Display for PoolRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{} {:?}", self.kind, self.api_group, self.name)
+    }
 }
 
 /// Placement constraints of a VM.
@@ -177,7 +205,11 @@ pub struct VirtualMachineStatus {
     /// The last `restartRequestedAt` acted upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,
-    /// Ready, Scheduled, PlacementValid, InfrastructureReady.
+    /// The `IPAddressClaim`s banlieue made for `spec.network`'s pools (recorded before each
+    /// is made, so none is forgotten when the VM is deleted or leaves a pool).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_address_claims: Vec<String>,
+    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

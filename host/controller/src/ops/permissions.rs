@@ -68,6 +68,8 @@ const BANLIEUE: &str = "banlieue.io";
 const INFRASTRUCTURE: &str = "infrastructure.banlieue.io";
 /// Cluster API core (read only; banlieue is an infrastructure provider).
 const CAPI: &str = "cluster.x-k8s.io";
+/// Cluster API's IPAM contract: banlieue claims addresses, an IPAM provider allocates.
+const IPAM: &str = "ipam.cluster.x-k8s.io";
 
 /// The rules a role needs cluster-wide (VMs and Providers live in any namespace).
 pub fn cluster_rules(role: Role) -> Vec<Rule> {
@@ -85,6 +87,10 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(CAPI, &["clusters", "machines"], READ),
             // Machines are created by server-side apply, which RBAC authorizes as `create` too.
             rule(INFRASTRUCTURE, &["*"], &["get", "list", "watch", "create", "patch", "delete"]),
+            // A VM's addresses from IP pools: its claims (Cluster API's IPAM contract), and
+            // the addresses the IPAM provider answers with.
+            rule(IPAM, &["ipaddressclaims"], &["get", "list", "watch", "create", "delete"]),
+            rule(IPAM, &["ipaddresses"], &["get"]),
         ],
         Role::Provider => vec![
             // Read from caches (the machine path looks its Provider up there).

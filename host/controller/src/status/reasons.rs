@@ -42,7 +42,7 @@ reasons! {
     ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, InvalidSpec,
     InvalidPlacement, InvalidConnection, InvalidBootstrapData, FailureDomainNotFound,
     // Addresses.
-    InvalidNetwork, AddressConflict, AddressesReported,
+    InvalidNetwork, AddressConflict, AddressesReported, WaitingForIPAddress, IPAMNotInstalled,
     // Placement.
     NoCandidates, InvalidDecision, PlacementPolicyNotReady, MigrationPending, MigrationDisabled,
     // Backends and drivers.

@@ -6,6 +6,8 @@
 //!    a paused VM pauses its Machine and stops there;
 //! 3. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
 //!    Secret: banlieue watches no Secrets, so a missing one is looked for again with backoff);
+//!    check the declared addresses, and claim those from IP pools ([`ipam`]): nothing is
+//!    placed before every pool has answered;
 //! 4. place: gather candidates ([`crate::placement::scheduling`]) and let the placement
 //!    component choose — or keep the current placement while it still holds, and apply the
 //!    `migrationPolicy` when it does not (sharded: a VM placed on another shard's Provider
@@ -16,9 +18,11 @@
 //!    torn the backend VM down; then server-side-apply the `<Kind>Machine`;
 //! 7. mirror the Machine's status; `Ready` only when the Machine says so.
 //!
-//! Deleting the VM deletes its Machine and waits for it to be gone.
+//! Deleting the VM deletes its Machine and waits for it to be gone, then releases its
+//! IP address claims.
 
 mod assumed;
+mod ipam;
 mod network;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,6 +70,11 @@ struct Shared {
     caches_ready: CachesReady,
     /// Decisions this process made that the VM cache does not show yet.
     assumed: Assumed,
+    /// Wakes a VM's reconcile (from watches other than the controller's own).
+    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>,
+    /// The watch on IP address claims, started when a VM first names a pool (before that,
+    /// the IPAM contract's CRDs need not exist).
+    claims_watched: tokio::sync::OnceCell<()>,
 }
 
 impl Shared {
@@ -99,7 +108,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     .predicate_filter(if ctx.shards.is_some() { acted_on_or_placed } else { acted_on_vm }, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(vm_changes, store.clone()).trigger_backoff(crate::framework::reconciler::PerWatch);
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    tokio::spawn(watch_machines(ctx.clone(), tx));
+    tokio::spawn(watch_machines(ctx.clone(), tx.clone()));
     let by = |f: fn(&VirtualMachine, &str, Option<&str>) -> bool, store: Store<VirtualMachine>| {
         move |name: String, ns: Option<String>| -> Vec<ObjectRef<VirtualMachine>> {
             store
@@ -120,7 +129,19 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()), ctx.scope());
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
-    let state = Arc::new(Shared { ctx: ctx.clone(), frame, vms: store, classes, images, providers, provider_classes, caches_ready: CachesReady::default(), assumed: Assumed::default() });
+    let state = Arc::new(Shared {
+        ctx: ctx.clone(),
+        frame,
+        vms: store,
+        classes,
+        images,
+        providers,
+        provider_classes,
+        caches_ready: CachesReady::default(),
+        assumed: Assumed::default(),
+        wake: tx,
+        claims_watched: tokio::sync::OnceCell::new(),
+    });
     controller
         .reconcile_on(rx)
         .watches_stream(class_changes, move |o| by_class(o.name_any(), None))
@@ -181,6 +202,25 @@ fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
 /// Only the owner is read here, so the watch asks for metadata only (the reconcile GETs the Machine).
+/// Every change to an IP address claim banlieue made (its IPAM provider answering)
+/// reconciles the VM it is for (the claim's `banlieue.io/vm` label).
+async fn watch_claims(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
+    let resource = ipam::claim_resource();
+    let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
+        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+        None => Api::all_with(ctx.client.clone(), &resource),
+    };
+    let mut events = crate::framework::reconciler::changes(api, ctx.options.installation.watch(Some(VM_LABEL))).boxed();
+    while let Some(claim) = events.next().await {
+        let Ok(claim) = claim else { continue };
+        if let (Some(vm), Some(ns)) = (claim.labels().get(VM_LABEL), claim.namespace())
+            && tx.unbounded_send(ObjectRef::new(vm).within(&ns)).is_err()
+        {
+            return;
+        }
+    }
+}
+
 async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
     let mut kinds = infra_kinds::watch(ctx.client.clone(), ctx.scope()).boxed();
     while let Some(prefix) = kinds.next().await {
@@ -334,6 +374,7 @@ impl<'a> Reconcile<'a> {
     /// Steps 3 to 7: resolve, place, record, converge the Machine, mirror it.
     async fn converge(&mut self, machine: Result<Option<DynamicObject>, Blocked>) -> Result<Outcome, Blocked> {
         let wanted = self.resolve().await?;
+        let addressing = self.claim_addresses().await?;
         let scheduled = self.place(&wanted).await?;
         if self.handed_over(&scheduled) {
             // Placed on a Provider of another shard: the decision is recorded here, and the
@@ -346,7 +387,7 @@ impl<'a> Reconcile<'a> {
             Current::Keep(existing) => existing,
             Current::Wait(outcome) => return Ok(outcome),
         };
-        let spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, existing.as_ref())?;
+        let spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, &addressing, existing.as_ref())?;
         self.note_machine(&target, &spec);
         // The decision and the Machine it names are recorded (one write) before the Machine exists.
         self.record().await.map_err(status_error)?;
@@ -433,6 +474,64 @@ impl<'a> Reconcile<'a> {
         providers.sort_by_key(|p| p.name_any());
         let image_classes = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
         Ok(Wanted { class, image, image_classes, providers })
+    }
+
+    /// Step 3, addresses from pools: release the claims the spec no longer asks for, make
+    /// (recorded first) those it does, and read what each pool gave. Every addressed NIC's
+    /// addressing, once every pool has answered; until then the VM waits, placed nowhere
+    /// (the claims' watch brings it back).
+    async fn claim_addresses(&mut self) -> Result<BTreeMap<String, banlieue_api::common::StaticIp>, Blocked> {
+        let wanted = ipam::wanted(self.vm);
+        let client = self.ctx.client.clone();
+        let released: Vec<String> = self.status.ip_address_claims.iter().filter(|n| !wanted.iter().any(|w| &&w.name == n)).cloned().collect();
+        for name in released {
+            ipam::release(&client, &self.ns, &name).await.map_err(api_error)?;
+            self.status.ip_address_claims.retain(|n| *n != name);
+        }
+        if !wanted.is_empty() {
+            self.watch_claims().await?;
+            let new: Vec<String> = wanted.iter().filter(|w| !self.status.ip_address_claims.contains(&w.name)).map(|w| w.name.clone()).collect();
+            if !new.is_empty() {
+                self.status.ip_address_claims.extend(new);
+                self.record().await.map_err(status_error)?;
+            }
+        }
+        let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
+        let mut labels = BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
+        self.ctx.options.installation.mark(&mut labels);
+        let labels: serde_json::Map<String, serde_json::Value> = labels.into_iter().map(|(k, v)| (k, v.into())).collect();
+        let (mut allocated, mut waiting) = (Vec::new(), Vec::new());
+        for w in &wanted {
+            match ipam::allocation(&client, &self.ns, &owner, &labels, w).await.map_err(api_error)? {
+                Ok(a) => allocated.push(a),
+                Err(why) => waiting.push(why),
+            }
+        }
+        if !waiting.is_empty() {
+            return Err(blocked(ADDRESSES_READY, Reason::WaitingForIPAddress, waiting.join("; ")));
+        }
+        network::addressing(self.vm, &allocated).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))
+    }
+
+    /// Start the claims' watch once, when the IPAM contract's kinds are served.
+    async fn watch_claims(&self) -> Result<(), Blocked> {
+        let state = self.state;
+        state
+            .claims_watched
+            .get_or_try_init(|| async {
+                if !ipam::installed(&state.ctx.client, &self.ns).await.map_err(api_error)? {
+                    let message = format!(
+                        "spec.network names IP pools, but this cluster does not serve {}/{} IPAddressClaims: install Cluster API's IPAM CRDs and an IPAM provider for the pools",
+                        ipam::GROUP,
+                        ipam::VERSION
+                    );
+                    return Err(Blocked::on(ADDRESSES_READY, Failure::transient(Reason::IPAMNotInstalled, message)));
+                }
+                tokio::spawn(watch_claims(state.ctx.clone(), state.wake.clone()));
+                Ok(())
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Whether, sharded, the VM's placement puts it on another shard's Provider.
@@ -614,7 +713,15 @@ impl<'a> Reconcile<'a> {
     }
 
     /// The Machine's spec for `scheduled`. An existing machine keeps the image it was made from.
-    fn machine_spec(&self, class: &VMClass, image: &VMImage, provider: &Provider, scheduled: &Scheduled, existing: Option<&DynamicObject>) -> Result<InfraMachineSpec, Blocked> {
+    fn machine_spec(
+        &self,
+        class: &VMClass,
+        image: &VMImage,
+        provider: &Provider,
+        scheduled: &Scheduled,
+        addressing: &BTreeMap<String, banlieue_api::common::StaticIp>,
+        existing: Option<&DynamicObject>,
+    ) -> Result<InfraMachineSpec, Blocked> {
         let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
         let resolved = crate::placement::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
             .map_err(|f| Blocked::on(SCHEDULED, f))?;
@@ -623,7 +730,7 @@ impl<'a> Reconcile<'a> {
             failure_domain: Some(scheduled.failure_domain.clone()),
             provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
             vm: ResolvedVm {
-                nics: network::addressed(resolved.nics.clone(), self.vm),
+                nics: network::addressed(resolved.nics.clone(), addressing),
                 user_data: self.vm.spec.user_data.clone(),
                 user_data_format: self.vm.spec.user_data_format,
                 power_state: self.vm.spec.desired_power_state,
@@ -676,9 +783,10 @@ impl<'a> Reconcile<'a> {
     /// Copy what the Machine reports. `Ready` only when the Machine is Ready.
     fn mirror(&mut self, machine: &DynamicObject, target: &InfrastructureRef) {
         let st: InfraMachineStatus = machine.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+        let nics: Vec<banlieue_api::infra::ResolvedNic> = serde_json::from_value(machine.data["spec"]["vm"]["nics"].clone()).unwrap_or_default();
         self.status.infrastructure_ref = Some(InfrastructureRef { uid: machine.uid(), ..target.clone() });
         self.status.initialization = st.initialization.clone();
-        let (addresses, reported) = network::merge(self.vm, &st.addresses);
+        let (addresses, reported) = network::merge(&network::machine_declared(&nics), &st.addresses);
         self.status.addresses = addresses;
         match reported {
             Ok(()) => self.set(ADDRESSES_READY, true, Reason::AddressesReported, "the backend reports every address of the VM"),
@@ -732,6 +840,10 @@ impl<'a> Reconcile<'a> {
                 }
                 None => {}
             }
+        }
+        // The backend VM is gone: its addresses go back to their pools.
+        for claim in std::mem::take(&mut self.status.ip_address_claims) {
+            ipam::release(&self.ctx.client, &self.ns, &claim).await?;
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
         self.state.assumed.forget(self.vm);

@@ -2,18 +2,20 @@
 //! namespace before anything is made, merged into the Machine's NICs, and compared with
 //! what the backend reports (`AddressesReady`).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use banlieue_api::common::{AddressType, Cidr, MachineAddress};
+use banlieue_api::common::{AddressType, Cidr, MachineAddress, StaticIp};
 use banlieue_api::infra::ResolvedNic;
 use banlieue_api::{VMClass, VirtualMachine};
 use kube::ResourceExt;
 
+use super::ipam::Allocated;
 use crate::status::reasons::Reason;
 
 /// Check `vm`'s `spec.network` against its class: every entry names one of the class's
-/// NICs, once; addresses are CIDRs, the gateway an IP inside one of them, nameservers IPs.
-/// The error names the field and what to do.
+/// NICs, once; addresses are CIDRs, the gateway an IP inside one of them, nameservers IPs
+/// (a NIC with pools may have no address of its own). The error names the field and what to do.
 pub fn check(vm: &VirtualMachine, class: &VMClass) -> Result<(), String> {
     let Some(network) = &vm.spec.network else { return Ok(()) };
     let nics: Vec<&str> = class.spec.nics.iter().map(|n| n.name.as_str()).collect();
@@ -30,9 +32,28 @@ pub fn check(vm: &VirtualMachine, class: &VMClass) -> Result<(), String> {
         if network.interfaces[..i].iter().any(|o| o.name == iface.name) {
             return Err(format!("{field}.name: NIC {:?} is addressed twice: merge the entries", iface.name));
         }
-        iface.ip.check(&field)?;
+        iface.ip.check_with_pools(&field, !iface.addresses_from_pools.is_empty())?;
     }
     Ok(())
+}
+
+/// Each addressed NIC's addressing: what the VM declares, with what its pools allocated
+/// (`allocated`) after the declared addresses, the first pool's gateway unless one is
+/// declared — checked whole (a declared gateway outside every allocated network is caught here).
+pub fn addressing(vm: &VirtualMachine, allocated: &[Allocated]) -> Result<BTreeMap<String, StaticIp>, String> {
+    let mut out = BTreeMap::new();
+    for (i, iface) in vm.spec.network.iter().flat_map(|n| n.interfaces.iter().enumerate()) {
+        let mut ip = iface.ip.clone();
+        for a in allocated.iter().filter(|a| a.nic == iface.name) {
+            ip.addresses.push(a.address.clone());
+            if ip.gateway.is_none() {
+                ip.gateway = a.gateway.clone();
+            }
+        }
+        ip.check(&format!("spec.network.interfaces[{i}]"))?;
+        out.insert(iface.name.clone(), ip);
+    }
+    Ok(out)
 }
 
 /// The static IPs `vm` declares.
@@ -74,22 +95,26 @@ fn invalid(vm: &VirtualMachine) -> bool {
     })
 }
 
-/// The class's NICs with the VM's addressing (a NIC not named takes DHCP).
-pub fn addressed(mut nics: Vec<ResolvedNic>, vm: &VirtualMachine) -> Vec<ResolvedNic> {
-    for iface in vm.spec.network.iter().flat_map(|n| &n.interfaces) {
-        if let Some(nic) = nics.iter_mut().find(|n| n.name == iface.name) {
-            nic.ip = iface.ip.clone();
+/// The class's NICs with the VM's addressing (see [`addressing`]; a NIC not named takes DHCP).
+pub fn addressed(mut nics: Vec<ResolvedNic>, addressing: &BTreeMap<String, StaticIp>) -> Vec<ResolvedNic> {
+    for nic in &mut nics {
+        if let Some(ip) = addressing.get(&nic.name) {
+            nic.ip = ip.clone();
         }
     }
     nics
 }
 
-/// The VM's addresses: what the backend reports, after the declared ones it has not
-/// reported yet (a script can read them before the guest is up); and, when some are
-/// missing, which (for `AddressesReady=False`). Without declared addresses, the VM waits
-/// for the backend to report any.
-pub fn merge(vm: &VirtualMachine, reported: &[MachineAddress]) -> (Vec<MachineAddress>, Result<(), String>) {
-    let declared = declared(vm);
+/// The static IPs of a Machine's NICs (declared or from pools).
+pub fn machine_declared(nics: &[ResolvedNic]) -> Vec<IpAddr> {
+    nics.iter().flat_map(|n| &n.ip.addresses).filter_map(|a| Cidr::parse(a)).map(|c| c.ip).collect()
+}
+
+/// The VM's addresses: what the backend reports, after the `declared` ones (the Machine's
+/// static IPs) it has not reported yet (a script can read them before the guest is up);
+/// and, when some are missing, which (for `AddressesReady=False`). Without declared
+/// addresses, the VM waits for the backend to report any.
+pub fn merge(declared: &[IpAddr], reported: &[MachineAddress]) -> (Vec<MachineAddress>, Result<(), String>) {
     let is_reported = |ip: &IpAddr| reported.iter().any(|a| a.address.parse::<IpAddr>().ok().as_ref() == Some(ip));
     let missing: Vec<String> = declared.iter().filter(|ip| !is_reported(ip)).map(IpAddr::to_string).collect();
     let mut all: Vec<MachineAddress> = missing.iter().map(|ip| MachineAddress { type_: AddressType::InternalIP, address: ip.clone() }).collect();
@@ -118,7 +143,7 @@ mod tests {
     fn vm(name: &str, ifaces: Vec<(&str, StaticIp)>) -> VirtualMachine {
         let mut vm = VirtualMachine::new(name, VirtualMachineSpec::default());
         vm.metadata.namespace = Some("ns".into());
-        vm.spec.network = Some(VmNetwork { interfaces: ifaces.into_iter().map(|(n, ip)| InterfaceAddressing { name: n.into(), ip }).collect() });
+        vm.spec.network = Some(VmNetwork { interfaces: ifaces.into_iter().map(|(n, ip)| InterfaceAddressing { name: n.into(), ip, addresses_from_pools: vec![] }).collect() });
         vm
     }
 
@@ -169,7 +194,7 @@ mod tests {
 
     #[test]
     fn declared_addresses_show_until_reported_and_dhcp_waits_for_any() {
-        let a = vm("a", vec![("eth0", ip(&["10.0.0.5/24"], None))]);
+        let a: Vec<IpAddr> = vec!["10.0.0.5".parse().unwrap()];
         let other = MachineAddress { type_: AddressType::InternalIP, address: "192.168.1.9".into() };
         let (all, ready) = merge(&a, std::slice::from_ref(&other));
         assert_eq!(all.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(), ["10.0.0.5", "192.168.1.9"]);
@@ -178,8 +203,33 @@ mod tests {
         let (all, ready) = merge(&a, std::slice::from_ref(&mine));
         assert_eq!(all, [mine]);
         assert_eq!(ready, Ok(()));
-        let dhcp = VirtualMachine::new("d", VirtualMachineSpec::default());
-        assert_eq!(merge(&dhcp, &[]).1, Err("the backend reports no address yet".into()));
-        assert_eq!(merge(&dhcp, &[other]).1, Ok(()));
+        assert_eq!(merge(&[], &[]).1, Err("the backend reports no address yet".into()));
+        assert_eq!(merge(&[], &[other]).1, Ok(()));
+    }
+
+    #[test]
+    fn pool_addresses_join_the_declared_ones_and_are_checked_whole() {
+        let pooled = |ip: StaticIp| {
+            let mut v = vm("a", vec![("eth0", ip)]);
+            v.spec.network.as_mut().unwrap().interfaces[0].addresses_from_pools =
+                vec![banlieue_api::vm::PoolRef { api_group: "ipam.cluster.x-k8s.io".into(), kind: "InClusterIPPool".into(), name: "lan".into() }];
+            v
+        };
+        let c = class(&["eth0"]);
+        let only_pool = pooled(StaticIp { nameservers: vec!["10.9.0.2".into()], ..Default::default() });
+        assert_eq!(check(&only_pool, &c), Ok(()), "a NIC with a pool needs no address of its own");
+        let given = [Allocated { nic: "eth0".into(), address: "10.9.0.7/24".into(), gateway: Some("10.9.0.1".into()) }];
+        let got = addressing(&only_pool, &given).unwrap();
+        assert_eq!(got["eth0"], StaticIp { addresses: vec!["10.9.0.7/24".into()], gateway: Some("10.9.0.1".into()), nameservers: vec!["10.9.0.2".into()], ..Default::default() });
+        let both = pooled(ip(&["192.168.5.5/24"], Some("192.168.5.1")));
+        assert_eq!(addressing(&both, &given).unwrap()["eth0"].addresses, ["192.168.5.5/24", "10.9.0.7/24"]);
+        assert_eq!(addressing(&both, &given).unwrap()["eth0"].gateway.as_deref(), Some("192.168.5.1"), "a declared gateway wins");
+        let stray = pooled(ip(&[], Some("172.16.0.1")));
+        assert_eq!(check(&stray, &c), Ok(()), "the gateway is checked once the pool has answered");
+        assert!(addressing(&stray, &given).unwrap_err().starts_with("spec.network.interfaces[0].gateway: 172.16.0.1 is outside"));
+        let nics = vec![ResolvedNic { name: "eth0".into(), ..Default::default() }, ResolvedNic { name: "eth1".into(), ..Default::default() }];
+        let nics = addressed(nics, &got);
+        assert_eq!(machine_declared(&nics), ["10.9.0.7".parse::<IpAddr>().unwrap()]);
+        assert!(nics[1].ip.is_empty(), "a NIC not named takes DHCP");
     }
 }
