@@ -6,20 +6,21 @@
 
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase,
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase,
     ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
-    PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource, UserDataFormat,
+    NicStatus, PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource, UserDataFormat,
 };
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.5.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
     /// Check the connection; report failure domains and free capacity.
     fn probe(config: &ProviderConfig) -> Result<Inventory>;
-    /// Create `machine`, or return the existing one with the same UID.
+    /// Create `machine`, or return the existing one with the same UID, brought (while
+    /// powered off) to the machine's hardware where the backend can.
     fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus>;
     /// Current status of a machine.
     fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus>;

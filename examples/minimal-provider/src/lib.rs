@@ -14,6 +14,8 @@ pub struct Minimal;
 fn status(uid: &str, power_state: PowerState) -> MachineStatus {
     MachineStatus {
         provider_id: format!("minimal://{uid}"),
+        // No backend: nothing to report (a real driver reports what the backend holds).
+        hardware: None,
         power_state,
         addresses: vec![],
         conditions: vec![condition("Ready", true, "Minimal", "the minimal provider has no backend")],

@@ -59,6 +59,7 @@ const MIB: usize = 1 << 20;
 fn machine_status(what: &str) -> MachineStatus {
     let mut st = MachineStatus {
         provider_id: "hostile://machine".into(),
+        hardware: None,
         power_state: PowerState::PoweredOn,
         addresses: vec![Address { type_: AddressType::InternalIp, address: "192.0.2.10".into() }],
         conditions: vec![],

@@ -31,7 +31,9 @@
 //! # Calls
 //!
 //! - `create`: a domain of that name with the machine's UID is the machine
-//!   (its power state is driven to the requested one); with another UUID it
+//!   (shut off, it is brought to the machine's vCPUs, memory and disk sizes — a
+//!   redefinition and `volume-resize`; then its power state is driven to the
+//!   requested one); with another UUID it
 //!   belongs to another machine (`invalid-spec`). Otherwise the spec is checked
 //!   against the host (pools, networks, image kind, seed size, room in the
 //!   pool) before anything is made, missing volumes are created (volumes left
@@ -41,7 +43,9 @@
 //! - `describe`: `libvirt://{uuid}`, the power state from the domain state,
 //!   the addresses from the DHCP leases of the domain's networks (else the
 //!   guest agent), phase `waiting-for-address` while a running domain with a
-//!   NIC has none, the NIC MACs in the `PoweredOn` condition's message. A domain of that name with another UUID
+//!   NIC has none, the NIC MACs in the `PoweredOn` condition's message, the hardware
+//!   (vCPUs, memory, each disk's volume and capacity, each NIC's MAC and network) from
+//!   the domain XML and the pools' volumes. A domain of that name with another UUID
 //!   is `not-found` for this machine.
 //! - `set-power`: on starts the domain; off follows the power-off mode
 //!   (`banlieue_sdk::provider::power_off`): `hard` is `domain-destroy`, `soft`
@@ -109,7 +113,49 @@ fn describe_domain(config: &ProviderConfig, name: &str) -> Result<MachineStatus>
     let domain = find(name)?.ok_or_else(|| Error::NotFound(format!("libvirt domain {name} does not exist")))?;
     let xml = libvirt::domain_xml(name)?;
     let addresses = addresses(&domain, spec::virt_type(config));
-    Ok(spec::status(&domain, &xml, &addresses))
+    let hw = xml::hardware(&xml);
+    let hardware = spec::hardware(name, &hw, &volumes_of(&hw)?);
+    Ok(spec::status(&domain, &xml, &addresses, Some(hardware)))
+}
+
+/// The volumes of the pools the domain's disks are in (one listing per pool).
+fn volumes_of(hw: &xml::DomainHardware) -> Result<Vec<(String, libvirt::VolumeInfo)>> {
+    let pools: std::collections::BTreeSet<&str> = hw.disks.iter().filter(|d| !d.readonly && !d.pool.is_empty()).map(|d| d.pool.as_str()).collect();
+    let mut out = Vec::new();
+    for pool in pools {
+        out.extend(libvirt::volume_list(pool)?.into_iter().map(|v| (pool.to_string(), v)));
+    }
+    Ok(out)
+}
+
+/// Bring shut-off domain `name` to the machine's hardware: vCPUs and memory by redefining
+/// it, each disk grown to its size (never shrunk: refused). A disk the domain lacks is not
+/// added here; describe shows it missing, and the host says so.
+fn apply_hardware(name: &str, machine: &Machine) -> Result<()> {
+    let domain_xml = libvirt::domain_xml(name)?;
+    let hw = xml::hardware(&domain_xml);
+    let volumes = volumes_of(&hw)?;
+    let mut grow = Vec::new();
+    for disk in &machine.disks {
+        let volume = naming::volume_name(&machine.namespace, &machine.name, &disk.name);
+        let Some((pool, have)) = volumes.iter().find(|(_, v)| v.name == volume).map(|(p, v)| (p, v.capacity_bytes)) else { continue };
+        let want = disk.size_gib << 30;
+        if want < have {
+            return Err(Error::InvalidSpec(format!("disk {} of libvirt domain {name} holds {} GiB; it is never shrunk to {} GiB", disk.name, have >> 30, disk.size_gib)));
+        }
+        if want > have {
+            grow.push((pool.clone(), volume, want));
+        }
+    }
+    if hw.cpus != machine.cpus || hw.memory_mib != machine.memory_mib {
+        info!("redefining libvirt domain {name}: {} vCPUs, {} MiB (was {}, {})", machine.cpus, machine.memory_mib, hw.cpus, hw.memory_mib);
+        libvirt::domain_define(&xml::with_cpus_and_memory(&domain_xml, machine.cpus, machine.memory_mib)?)?;
+    }
+    for (pool, volume, bytes) in grow {
+        info!("growing volume {volume} in pool {pool} to {} GiB", bytes >> 30);
+        libvirt::volume_resize(&pool, &volume, bytes)?;
+    }
+    Ok(())
 }
 
 /// Drive domain `name`, now in `state`, towards `target`; powering off follows `off`.
@@ -297,6 +343,9 @@ impl Driver for Libvirt {
                 warn!("libvirt domain {name} was left paused by an interrupted start; starting it afresh");
                 ignore_not_found(libvirt::domain_destroy(&name))?;
                 state = DomainState::Shutoff;
+            }
+            if state == DomainState::Shutoff {
+                apply_hardware(&name, machine)?;
             }
             ensure_power(&name, state, machine.power_state, &CREATE_POWER_OFF)?;
             return describe_domain(config, &name);

@@ -1,8 +1,9 @@
 //! The driver's decisions, as pure functions of what libvirt reported (tested natively).
 
-use banlieue_sdk::provider::libvirt::{DomainInfo, DomainState, InterfaceAddresses, NetworkInfo, Node, PoolInfo};
+use banlieue_sdk::provider::libvirt::{DomainInfo, DomainState, InterfaceAddresses, NetworkInfo, Node, PoolInfo, VolumeInfo};
 use banlieue_sdk::provider::{
-    Address, AddressType, Capacity, FailureDomain, ImageSource, Inventory, Machine, MachinePhase, MachineStatus, PowerState, ProviderConfig, condition,
+    Address, AddressType, Capacity, DiskStatus, FailureDomain, Hardware, ImageSource, Inventory, Machine, MachinePhase, MachineStatus, NicStatus,
+    PowerState, ProviderConfig, condition,
 };
 use banlieue_sdk::{Error, Result};
 
@@ -53,8 +54,31 @@ fn state_reason(state: DomainState) -> &'static str {
     }
 }
 
+/// The hardware of domain `domain` as its XML and its volumes (`(pool, volume)` of
+/// the pools its disks are in) say: a disk is named after its volume (`{domain}_{disk}.qcow2`),
+/// its id is the volume's path; the read-only seed is no disk of the machine. NICs are left
+/// unnamed (the host names them by position).
+pub fn hardware(domain: &str, hw: &xml::DomainHardware, volumes: &[(String, VolumeInfo)]) -> Hardware {
+    let prefix = format!("{domain}_");
+    let disks = hw
+        .disks
+        .iter()
+        .filter(|d| !d.readonly)
+        .map(|d| {
+            let volume = volumes.iter().find(|(pool, v)| *pool == d.pool && v.name == d.volume).map(|(_, v)| v);
+            DiskStatus {
+                name: d.volume.strip_prefix(&prefix).and_then(|n| n.strip_suffix(".qcow2")).unwrap_or(&d.dev).to_string(),
+                size_gib: volume.map_or(0, |v| v.capacity_bytes >> 30),
+                id: volume.map_or_else(|| format!("{}/{}", d.pool, d.volume), |v| v.path.clone()),
+            }
+        })
+        .collect();
+    let nics = hw.nics.iter().map(|(mac, network)| NicStatus { name: String::new(), mac: mac.clone(), network: network.clone() }).collect();
+    Hardware { cpus: hw.cpus, memory_mib: hw.memory_mib, disks, nics }
+}
+
 /// What `describe` reports for a domain, its XML and the addresses libvirt knows for it.
-pub fn status(domain: &DomainInfo, domain_xml: &str, interfaces: &[InterfaceAddresses]) -> MachineStatus {
+pub fn status(domain: &DomainInfo, domain_xml: &str, interfaces: &[InterfaceAddresses], hardware: Option<Hardware>) -> MachineStatus {
     let power = power_state(domain.state);
     let macs = xml::macs(domain_xml);
     let mut message = format!("libvirt domain {} is {}", domain.name, state_reason(domain.state).to_ascii_lowercase());
@@ -88,6 +112,7 @@ pub fn status(domain: &DomainInfo, domain_xml: &str, interfaces: &[InterfaceAddr
     }
     MachineStatus {
         provider_id: format!("libvirt://{}", domain.uuid.to_ascii_lowercase()),
+        hardware,
         power_state: power,
         phase: match domain.state {
             DomainState::Shutdown => MachinePhase::ShuttingDown,
@@ -336,10 +361,30 @@ mod tests {
     }
 
     #[test]
+    fn hardware_names_disks_after_their_volumes_and_leaves_the_seed_out() {
+        let hw = xml::DomainHardware {
+            cpus: 2,
+            memory_mib: 512,
+            disks: vec![
+                xml::DomainDisk { dev: "vda".into(), pool: "p".into(), volume: "ns_vm_root.qcow2".into(), readonly: false },
+                xml::DomainDisk { dev: "vdb".into(), pool: "q".into(), volume: "elsewhere.qcow2".into(), readonly: false },
+                xml::DomainDisk { dev: "vdc".into(), pool: "p".into(), volume: "ns_vm_cidata.img".into(), readonly: true },
+            ],
+            nics: vec![("52:54:00:aa:bb:cc".into(), "default".into())],
+        };
+        let volumes = vec![("p".to_string(), VolumeInfo { name: "ns_vm_root.qcow2".into(), path: "/pool/ns_vm_root.qcow2".into(), capacity_bytes: 8 << 30 })];
+        let got = hardware("ns_vm", &hw, &volumes);
+        assert_eq!((got.cpus, got.memory_mib), (2, 512));
+        let disks: Vec<(&str, u64, &str)> = got.disks.iter().map(|d| (d.name.as_str(), d.size_gib, d.id.as_str())).collect();
+        assert_eq!(disks, [("root", 8, "/pool/ns_vm_root.qcow2"), ("vdb", 0, "q/elsewhere.qcow2")], "a volume not found is reported as the XML names it");
+        assert_eq!((got.nics[0].mac.as_str(), got.nics[0].network.as_str(), got.nics[0].name.as_str()), ("52:54:00:aa:bb:cc", "default", ""));
+    }
+
+    #[test]
     fn status_is_truthful() {
         use banlieue_sdk::provider::libvirt::IpAddress;
         let xml = "<domain><devices><interface type='network'><mac address='52:54:00:aa:bb:cc'/></interface></devices></domain>";
-        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &[]);
+        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &[], None);
         assert_eq!(s.provider_id, "libvirt://6f1c2a3e-1111-4222-8333-444455556666");
         assert_eq!(s.power_state, PowerState::PoweredOn);
         assert!(s.addresses.is_empty() && s.provisioned);
@@ -352,16 +397,16 @@ mod tests {
             mac: "52:54:00:aa:bb:cc".into(),
             addresses: vec![ip("fe80::1", true), ip("fd00::5", true), ip("192.168.123.101", false), ip("127.0.0.1", false)],
         }];
-        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &leases);
+        let s = status(&domain("ns_vm", DomainState::Running, 1), xml, &leases, None);
         let got: Vec<&str> = s.addresses.iter().map(|a| a.address.as_str()).collect();
         assert_eq!(got, ["192.168.123.101", "fd00::5"]);
         assert_eq!(s.phase, MachinePhase::Running);
-        let off = status(&domain("ns_vm", DomainState::Shutoff, 1), "<domain/>", &[]);
+        let off = status(&domain("ns_vm", DomainState::Shutoff, 1), "<domain/>", &[], None);
         assert_eq!(off.power_state, PowerState::PoweredOff);
         assert_eq!(off.conditions[0].reason, "ShutOff");
         assert_eq!(off.conditions.len(), 1);
         // Without a NIC there is no address to wait for.
-        assert_eq!(status(&domain("ns_vm", DomainState::Running, 1), "<domain/>", &[]).phase, MachinePhase::Running);
+        assert_eq!(status(&domain("ns_vm", DomainState::Running, 1), "<domain/>", &[], None).phase, MachinePhase::Running);
     }
 
     #[test]

@@ -213,6 +213,135 @@ pub fn macs(domain_xml: &str) -> Vec<String> {
     found
 }
 
+/// One `<disk>` of a domain, as its XML names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainDisk {
+    /// Guest device (`vda`).
+    pub dev: String,
+    pub pool: String,
+    pub volume: String,
+    /// Read-only (the NoCloud seed).
+    pub readonly: bool,
+}
+
+/// What a domain's XML says of its hardware.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DomainHardware {
+    pub cpus: u32,
+    pub memory_mib: u64,
+    pub disks: Vec<DomainDisk>,
+    /// Each interface's MAC and network, in document order.
+    pub nics: Vec<(String, String)>,
+}
+
+/// Read the hardware from domain XML as libvirt returns it (`<memory unit='KiB'>`,
+/// `<vcpu placement='static'>`, volume disks, network interfaces).
+pub fn hardware(domain_xml: &str) -> DomainHardware {
+    let memory_mib = element(domain_xml, "memory")
+        .and_then(|(attrs, text)| {
+            let n: u64 = text.trim().parse().ok()?;
+            Some(match attribute(attrs, "unit").unwrap_or("KiB") {
+                "b" | "bytes" => n >> 20,
+                "KiB" | "k" => n >> 10,
+                "MiB" | "M" => n,
+                "GiB" | "G" => n << 10,
+                _ => n >> 10,
+            })
+        })
+        .unwrap_or(0);
+    let cpus = element(domain_xml, "vcpu").and_then(|(_, t)| t.trim().parse().ok()).unwrap_or(0);
+    let disks = blocks(domain_xml, "disk")
+        .filter_map(|(attrs, body)| {
+            (attribute(attrs, "device").unwrap_or("disk") == "disk").then_some(())?;
+            let source = opening(body, "source")?;
+            Some(DomainDisk {
+                dev: opening(body, "target").and_then(|t| attribute(t, "dev")).unwrap_or_default().to_string(),
+                pool: attribute(source, "pool").unwrap_or_default().to_string(),
+                volume: attribute(source, "volume").or_else(|| attribute(source, "file")).unwrap_or_default().to_string(),
+                readonly: body.contains("<readonly"),
+            })
+        })
+        .collect();
+    let nics = blocks(domain_xml, "interface")
+        .map(|(_, body)| {
+            let mac = opening(body, "mac").and_then(|m| attribute(m, "address")).unwrap_or_default();
+            let network = opening(body, "source").and_then(|s| attribute(s, "network").or_else(|| attribute(s, "bridge"))).unwrap_or_default();
+            (mac.to_string(), network.to_string())
+        })
+        .collect();
+    DomainHardware { cpus, memory_mib, disks, nics }
+}
+
+/// `domain_xml` with `cpus` vCPUs and `memory_mib` of memory (maximum and current), the
+/// rest as it was: the definition a shut-off domain is redefined with.
+pub fn with_cpus_and_memory(domain_xml: &str, cpus: u32, memory_mib: u64) -> Result<String> {
+    let mut xml = domain_xml.to_string();
+    for (tag, text) in [("memory", memory_mib.to_string()), ("currentMemory", memory_mib.to_string()), ("vcpu", cpus.to_string())] {
+        let Some(start) = xml.find(&format!("<{tag}")).filter(|at| xml[at + tag.len() + 1..].starts_with([' ', '>'])) else {
+            if tag == "currentMemory" {
+                continue;
+            }
+            return Err(Error::Internal(format!("the domain XML has no <{tag}> element")));
+        };
+        let close = format!("</{tag}>");
+        let end = xml[start..].find(&close).map(|e| start + e + close.len()).ok_or_else(|| Error::Internal(format!("the domain XML's <{tag}> is not closed")))?;
+        // Memory in MiB whatever unit libvirt wrote; vcpu keeps its attributes.
+        let replacement = if tag == "vcpu" {
+            let open_end = start + xml[start..].find('>').unwrap_or(0) + 1;
+            format!("{}{text}{close}", &xml[start..open_end])
+        } else {
+            format!("<{tag} unit='MiB'>{text}{close}")
+        };
+        xml.replace_range(start..end, &replacement);
+    }
+    Ok(xml)
+}
+
+/// The first `<tag …>text</tag>`: its attribute text and its text.
+fn element<'a>(xml: &'a str, tag: &'a str) -> Option<(&'a str, &'a str)> {
+    blocks(xml, tag).next()
+}
+
+/// Every `<tag …>…</tag>` (not self-closing), as (attribute text, body).
+fn blocks<'a>(xml: &'a str, tag: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    let (open, close) = (format!("<{tag}"), format!("</{tag}>"));
+    let mut rest = xml;
+    std::iter::from_fn(move || loop {
+        let at = rest.find(&open)?;
+        let after = &rest[at + open.len()..];
+        // `<disk` must not match `<diskx`.
+        if !after.starts_with([' ', '>', '\n', '\t']) {
+            rest = after;
+            continue;
+        }
+        let head_end = after.find('>')?;
+        let attrs = &after[..head_end];
+        if attrs.ends_with('/') {
+            rest = &after[head_end..];
+            continue;
+        }
+        let body_start = &after[head_end + 1..];
+        let body_end = body_start.find(&close)?;
+        rest = &body_start[body_end + close.len()..];
+        return Some((attrs, &body_start[..body_end]));
+    })
+}
+
+/// The attribute text of the first `<tag …>` or `<tag …/>` in `xml`.
+fn opening<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}");
+    let mut rest = xml;
+    loop {
+        let at = rest.find(&open)?;
+        let after = &rest[at + open.len()..];
+        if after.starts_with([' ', '>', '/', '\n', '\t']) {
+            let end = after.find('>')?;
+            return Some(after[..end].trim_end_matches('/'));
+        }
+        rest = after;
+    }
+}
+
 /// The value of `name='…'` or `name="…"` inside one element's attribute text.
 fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
     let mut rest = element;
@@ -401,6 +530,35 @@ mod tests {
         assert_eq!(cloud_init_user_data(&m), None);
         m.user_data_format = UserDataFormat::CloudConfig;
         assert!(!domain("test", &m, Extras::default()).unwrap().contains("sysinfo"));
+    }
+
+    /// The shape of `virsh dumpxml` for a domain this driver defined (libvirt rewrites
+    /// memory in KiB, adds placement, indexes and MACs).
+    const DUMPED: &str = "<domain type='test'>\n  <name>ns_vm</name>\n  <memory unit='KiB'>524288</memory>\n  <currentMemory unit='KiB'>524288</currentMemory>\n  <vcpu placement='static'>2</vcpu>\n  <devices>\n    <disk type='volume' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source pool='default-pool' volume='ns_vm_root.qcow2' index='2'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>\n    <disk type='volume' device='disk'>\n      <source pool='fast' volume='ns_vm_data.qcow2'/>\n      <target dev='vdb' bus='virtio'/>\n    </disk>\n    <disk type='volume' device='disk'>\n      <source pool='default-pool' volume='ns_vm_cidata.img'/>\n      <target dev='vdc' bus='virtio'/>\n      <readonly/>\n    </disk>\n    <disk type='file' device='cdrom'>\n      <target dev='hda' bus='ide'/>\n    </disk>\n    <interface type='network'>\n      <mac address='52:54:00:aa:bb:cc'/>\n      <source network='default'/>\n    </interface>\n  </devices>\n</domain>";
+
+    #[test]
+    fn hardware_is_read_from_dumped_domain_xml() {
+        let hw = hardware(DUMPED);
+        assert_eq!((hw.cpus, hw.memory_mib), (2, 512));
+        let disks: Vec<(&str, &str, &str, bool)> = hw.disks.iter().map(|d| (d.dev.as_str(), d.pool.as_str(), d.volume.as_str(), d.readonly)).collect();
+        assert_eq!(
+            disks,
+            [("vda", "default-pool", "ns_vm_root.qcow2", false), ("vdb", "fast", "ns_vm_data.qcow2", false), ("vdc", "default-pool", "ns_vm_cidata.img", true)],
+            "the cdrom is no disk"
+        );
+        assert_eq!(hw.nics, [("52:54:00:aa:bb:cc".to_string(), "default".to_string())]);
+        let ours = hardware(&domain("test", &machine(), Extras::default()).unwrap());
+        assert_eq!((ours.cpus, ours.memory_mib, ours.disks.len(), ours.nics.len()), (2, 512, 2, 1), "and from the XML this driver writes");
+    }
+
+    #[test]
+    fn cpus_and_memory_are_rewritten_and_nothing_else() {
+        let xml = with_cpus_and_memory(DUMPED, 4, 2048).unwrap();
+        assert!(xml.contains("<memory unit='MiB'>2048</memory>") && xml.contains("<currentMemory unit='MiB'>2048</currentMemory>"), "{xml}");
+        assert!(xml.contains("<vcpu placement='static'>4</vcpu>"), "{xml}");
+        assert_eq!(xml.replace("<memory unit='MiB'>2048", "<memory unit='KiB'>524288").replace("<currentMemory unit='MiB'>2048", "<currentMemory unit='KiB'>524288").replace("'static'>4<", "'static'>2<"), DUMPED);
+        assert_eq!(hardware(&xml).memory_mib, 2048);
+        assert!(with_cpus_and_memory("<domain/>", 1, 1).is_err());
     }
 
     #[test]

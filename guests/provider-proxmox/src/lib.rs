@@ -74,8 +74,8 @@
 //!   (`import-from`), which becomes the template ([`import`]).
 
 use banlieue_sdk::provider::{
-    Driver, FailureDomain, Firmware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef, MachineStatus,
-    PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
+    DiskStatus, Driver, FailureDomain, Firmware, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
+    MachineStatus, NicStatus, PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
@@ -333,8 +333,10 @@ fn status(pve: &Pve, vm: &Vm, extra: Vec<banlieue_sdk::provider::Condition>) -> 
         conditions.push(condition("Locked", true, "ConfigLock", format!("the VM config is locked ({lock})")));
     }
     conditions.extend(extra);
+    let hardware = if lock.is_empty() { Some(hardware(&pve.get(&format!("{}/config", vm.path()))?)) } else { None };
     Ok(MachineStatus {
         provider_id: api::provider_id(&vm.node, vm.vmid),
+        hardware,
         power_state,
         addresses,
         conditions,
@@ -363,6 +365,80 @@ fn boot_disk(cfg: &Value) -> Option<String> {
         }
     }
     None
+}
+
+/// The VM's disk keys: the boot disk first, then the others in bus and index order
+/// (`scsi1` before `scsi2`): the order the machine's disks were made in.
+fn disk_keys(cfg: &Value) -> Vec<String> {
+    let boot = boot_disk(cfg);
+    let is_disk = |v: &str| !v.contains("media=cdrom") && !v.contains(":cloudinit") && api::drive_storage(v).is_some();
+    let mut keys: Vec<String> = boot.iter().cloned().collect();
+    for prefix in ["scsi", "virtio", "sata", "ide"] {
+        for i in 0..31 {
+            let k = format!("{prefix}{i}");
+            if Some(&k) != boot.as_ref() && is_disk(api::text(cfg, &k)) {
+                keys.push(k);
+            }
+        }
+    }
+    keys
+}
+
+/// The VM's hardware as its config says: cores × sockets, memory, each disk's size and
+/// volume (`storage:vm-100-disk-0`), each NIC's MAC and bridge. Disks and NICs are named by
+/// the host, by position.
+fn hardware(cfg: &Value) -> Hardware {
+    let number = |k: &str| cfg.get(k).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()));
+    let disks = disk_keys(cfg)
+        .iter()
+        .map(|k| {
+            let value = api::text(cfg, k);
+            DiskStatus { name: String::new(), size_gib: drive_size_gib(value).unwrap_or(0), id: value.split(',').next().unwrap_or_default().to_string() }
+        })
+        .collect();
+    let nics = (0..32)
+        .filter_map(|i| cfg.get(format!("net{i}")).and_then(Value::as_str))
+        .map(|v| NicStatus {
+            name: String::new(),
+            mac: v.split(',').find_map(|p| p.split_once('=').filter(|(_, m)| m.len() == 17).map(|(_, m)| m.to_ascii_lowercase())).unwrap_or_default(),
+            network: api::net_bridge(v).unwrap_or_default().to_string(),
+        })
+        .collect();
+    let cpus = number("cores").unwrap_or(1) * number("sockets").unwrap_or(1);
+    Hardware { cpus: u32::try_from(cpus).unwrap_or(u32::MAX), memory_mib: number("memory").unwrap_or(0), disks, nics }
+}
+
+/// Bring a stopped, configured VM to the machine's cores, memory and disk sizes (disks
+/// matched by position; never shrunk: refused). A disk the VM lacks is not added here:
+/// describe shows it missing, and the host says so.
+fn apply_hardware(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<()> {
+    let cfg = pve.get(&format!("{}/config", vm.path()))?;
+    let have = hardware(&cfg);
+    let keys = disk_keys(&cfg);
+    let mut grow = Vec::new();
+    for ((disk, key), had) in machine.disks.iter().zip(&keys).zip(&have.disks) {
+        if disk.size_gib < had.size_gib {
+            return Err(Error::InvalidSpec(format!("disk {} ({key}) of VM {} holds {} GiB; it is never shrunk to {} GiB", disk.name, vm.vmid, had.size_gib, disk.size_gib)));
+        }
+        if disk.size_gib > had.size_gib {
+            grow.push((key.clone(), disk.size_gib));
+        }
+    }
+    if have.cpus != machine.cpus || have.memory_mib != machine.memory_mib {
+        info!("reconfiguring VM {}: {} cores, {} MiB (was {}, {})", vm.vmid, machine.cpus, machine.memory_mib, have.cpus, have.memory_mib);
+        let params = [("cores".to_string(), machine.cpus.max(1).to_string()), ("sockets".to_string(), "1".to_string()), ("memory".to_string(), machine.memory_mib.to_string())];
+        pve.request("PUT", &format!("{}/config", vm.path()), &params).map_err(|e| e.context(format_args!("reconfiguring VM {}", vm.vmid)))?;
+    }
+    for (key, gib) in grow {
+        info!("growing {key} of VM {} to {gib} GiB", vm.vmid);
+        let params = [("disk".to_string(), key.clone()), ("size".to_string(), format!("{gib}G"))];
+        if let Value::String(upid) = pve.request("PUT", &format!("{}/resize", vm.path()), &params).map_err(|e| e.context(format_args!("growing {key} of VM {}", vm.vmid)))? {
+            if upid.starts_with("UPID:") {
+                pve.wait_task(&upid, TASK_TIMEOUT_MS, &format!("resizing {key} of VM {}", vm.vmid))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Size in GiB of a drive value's `size=` option (rounded up).
@@ -584,6 +660,8 @@ impl Driver for Proxmox {
                 info!("finishing the configuration of VM {} ({vm_name}) left by an interrupted create", vm.vmid);
                 extra = configure(&pve, &vm, machine)?;
                 vm.tagged = true;
+            } else if api::text(&pve.get(&format!("{}/status/current", vm.path()))?, "status") == "stopped" {
+                apply_hardware(&pve, &vm, machine)?;
             }
             drive_power(&pve, &vm, machine.power_state)?;
             return status(&pve, &vm, extra);
@@ -767,6 +845,20 @@ mod tests {
         let cfg = json!({"virtio0": "local-lvm:vm-1-disk-0,size=4G", "ide2": "local-lvm:cloudinit"});
         assert_eq!(boot_disk(&cfg).as_deref(), Some("virtio0"));
         assert_eq!(boot_disk(&json!({})), None);
+    }
+
+    #[test]
+    fn hardware_lists_the_boot_disk_first_and_each_nics_mac_and_bridge() {
+        let cfg = json!({"cores": 2, "sockets": 2, "memory": "2048", "boot": "order=scsi1;net0",
+                         "scsi0": "local-lvm:vm-1-disk-1,size=2G", "scsi1": "local-lvm:vm-1-disk-0,size=8G",
+                         "ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "ide0": "local:iso/x.iso,media=cdrom",
+                         "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0", "net1": "virtio,bridge=vmbr1"});
+        let hw = hardware(&cfg);
+        assert_eq!((hw.cpus, hw.memory_mib), (4, 2048));
+        let disks: Vec<(u64, &str)> = hw.disks.iter().map(|d| (d.size_gib, d.id.as_str())).collect();
+        assert_eq!(disks, [(8, "local-lvm:vm-1-disk-0"), (2, "local-lvm:vm-1-disk-1")]);
+        let nics: Vec<(&str, &str)> = hw.nics.iter().map(|n| (n.mac.as_str(), n.network.as_str())).collect();
+        assert_eq!(nics, [("bc:24:11:00:00:01", "vmbr0"), ("", "vmbr1")]);
     }
 
     #[test]

@@ -61,8 +61,8 @@
 
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
-    Address, AddressType, Capacity, Driver, FailureDomain, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
+    Address, AddressType, Capacity, DiskStatus, Driver, FailureDomain, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
+    MachineStatus, NicStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info};
@@ -257,7 +257,29 @@ const VM_STATUS: &[&str] = &[
     "guest.net",
     "guest.hostName",
     "guest.toolsRunningStatus",
+    "config.hardware.numCPU",
+    "config.hardware.memoryMB",
+    "config.hardware.device",
 ];
+
+/// The VM's hardware as vCenter holds it (read with [`VM_STATUS`]): disks in controller and
+/// unit order, named by the host by position, their VMDK as id; each NIC's MAC and network.
+pub fn hardware(vm: &ObjectContent) -> Option<Hardware> {
+    let cpus = u32::try_from(vm.u64("config.hardware.numCPU")).ok().filter(|c| *c > 0)?;
+    let devices = vm.props.get("config.hardware.device");
+    let disks = virtual_disks(devices).into_iter().map(|d| DiskStatus { name: String::new(), size_gib: d.capacity_kib.div_ceil(1 << 20), id: d.file }).collect();
+    let nics = devices
+        .map(|d| d.children.iter().filter(|dev| dev.child("macAddress").is_some() || dev.child("addressType").is_some()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|dev| NicStatus {
+            name: String::new(),
+            mac: dev.str_at("macAddress").unwrap_or_default().to_string(),
+            network: dev.str_at("backing.deviceName").or_else(|| dev.str_at("backing.port.portgroupKey")).unwrap_or_default().to_string(),
+        })
+        .collect();
+    Some(Hardware { cpus, memory_mib: vm.u64("config.hardware.memoryMB"), disks, nics })
+}
 
 fn power_state(s: Option<&str>) -> PowerState {
     match s {
@@ -308,6 +330,7 @@ pub fn status(vm: &ObjectContent) -> MachineStatus {
     let tools = vm.str("guest.toolsRunningStatus").unwrap_or("unknown");
     MachineStatus {
         provider_id: format!("vsphere://{}", vm.str("config.uuid").unwrap_or("")),
+        hardware: hardware(vm),
         power_state: state,
         conditions: vec![
             condition(

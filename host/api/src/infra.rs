@@ -112,6 +112,63 @@ pub struct ResolvedVm {
     /// How the guest reads `userData`: cloud-init (default) or Ignition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data_format: Option<UserDataFormat>,
+    /// When a change of CPUs, memory or disk sizes reaches a running machine (default
+    /// `OnNextPowerCycle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_policy: Option<UpdatePolicy>,
+}
+
+/// When a change of a machine's CPUs, memory or disk sizes is applied to it while it runs.
+/// Either way it is applied at once to a machine that is off.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdatePolicy {
+    /// Power the machine off (per its power-off mode), apply, power it on again.
+    Restart,
+    /// Wait for the machine's next power cycle: a power-off, a restart
+    /// (`restartRequestedAt`), or a shutdown from inside the guest.
+    #[default]
+    OnNextPowerCycle,
+}
+
+/// A machine's hardware as its backend reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHardware {
+    pub cpus: u32,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStatus>,
+}
+
+/// One disk as the backend holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskStatus {
+    /// The disk's name in the class (by position when the backend does not keep names).
+    pub name: String,
+    #[serde(rename = "sizeGiB")]
+    pub size_gib: u64,
+    /// What the backend calls it: a volume path, a VMDK file, a `storage:volume` id.
+    pub id: String,
+}
+
+/// One NIC as the backend holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStatus {
+    /// The NIC's name in the class (by position).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    /// The backend network it is on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
+    /// The static addresses it was given (declared or from pools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 /// The format of a bootstrap payload (CAPI's bootstrap Secret key `format`).
@@ -168,6 +225,9 @@ pub struct InfraMachineStatus {
     /// The last `spec.vm.restartRequestedAt` the machine was restarted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,
+    /// The hardware the backend reports (CPUs, memory, each disk and NIC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<MachineHardware>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -189,6 +189,12 @@ impl Libvirt {
             .await
     }
 
+    /// Grow a volume to `capacity` bytes. libvirt refuses to shrink one (no
+    /// `VIR_STORAGE_VOL_RESIZE_SHRINK`): an `Invalid` error.
+    pub async fn volume_resize(&self, pool: &str, name: &str, capacity: u64) -> Result<()> {
+        self.with_volume("volume-resize", pool, name, move |_, vol| vol.resize(capacity, 0).map(|_| ())).await
+    }
+
     /// The volumes of `pool`.
     pub async fn volume_list(&self, pool: &str) -> Result<Vec<VolumeInfo>> {
         check_c_string("pool name", pool)?;

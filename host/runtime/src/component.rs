@@ -16,7 +16,7 @@ pub enum Contract {
 
 /// Contract versions this host implements.
 pub const PLACEMENT_VERSION: &str = "0.2.0";
-pub const PROVIDER_VERSION: &str = "0.4.0";
+pub const PROVIDER_VERSION: &str = "0.5.0";
 /// Older placement contracts the host still runs, by lowering each request into
 /// their shape (see `placement::legacy`).
 pub const PLACEMENT_LEGACY_VERSIONS: &[&str] = &["0.1.0"];
@@ -167,6 +167,7 @@ mod tests {
         let refused = check_version(Contract::Placement, &v("0.3.0")).unwrap_err().to_string();
         assert!(refused.ends_with("built for banlieue:placement/policy@0.3.0; this host implements 0.2.0 and 0.1.0"), "{refused}");
         assert!(check_version(Contract::Provider, &v("0.3.0")).is_err(), "0.4.0 changed the nic record");
+        assert!(check_version(Contract::Provider, &v("0.4.0")).is_err(), "0.5.0 changed the machine-status record");
     }
 }
 

@@ -18,6 +18,7 @@
 //! | provider ID | [`MAX_PROVIDER_ID`] bytes, printable, no whitespace |
 //! | addresses per machine | [`MAX_ADDRESSES`]; IP types parse as IPv4/IPv6, DNS and hostname types are DNS names |
 //! | conditions per machine | [`MAX_CONDITIONS`]; Kubernetes condition type and reason syntax, messages at most [`MAX_MESSAGE`] bytes |
+//! | disks and NICs in a machine's hardware | [`MAX_DEVICES`] each; names, MACs and networks [`MAX_NAME`], disk ids [`MAX_REFERENCE`] printable bytes |
 //! | image reference and message | [`MAX_REFERENCE`] and [`MAX_MESSAGE`] bytes |
 //!
 //! Results the component model itself refuses while copying them out of the sandbox (an
@@ -48,6 +49,8 @@ pub const MAX_PROVIDER_ID: usize = 512;
 pub const MAX_ADDRESSES: usize = 64;
 /// Conditions one machine reports.
 pub const MAX_CONDITIONS: usize = 16;
+/// Disks, and NICs, of one machine's hardware.
+pub const MAX_DEVICES: usize = 64;
 /// A condition's message (the host shortens the messages it writes further).
 pub const MAX_MESSAGE: usize = 4096;
 /// An imported image's reference.
@@ -125,6 +128,19 @@ fn check_machine_status(st: &MachineStatus) -> Result<(), String> {
             AddressType::Hostname | AddressType::InternalDns | AddressType::ExternalDns => {
                 dns_subdomain(&a.address).map_err(|why| format!("address {} of type {:?}: {why}", quoted(&a.address), a.type_))?;
             }
+        }
+    }
+    if let Some(hw) = &st.hardware {
+        count("disks", hw.disks.len(), MAX_DEVICES)?;
+        for d in &hw.disks {
+            printable("a disk name", &d.name, MAX_NAME)?;
+            printable("a disk id", &d.id, MAX_REFERENCE)?;
+        }
+        count("NICs", hw.nics.len(), MAX_DEVICES)?;
+        for n in &hw.nics {
+            printable("a NIC name", &n.name, MAX_NAME)?;
+            printable("a MAC address", &n.mac, MAX_NAME)?;
+            printable("a NIC's network", &n.network, MAX_NAME)?;
         }
     }
     count("conditions", st.conditions.len(), MAX_CONDITIONS)?;
@@ -272,7 +288,7 @@ pub(crate) fn thousands(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{Address, Capacity, Condition, ConditionStatus, FailureDomain, MachinePhase, PowerState};
+    use crate::provider::{Address, Capacity, Condition, ConditionStatus, DiskStatus, FailureDomain, Hardware, MachinePhase, NicStatus, PowerState};
 
     fn fd(name: &str) -> FailureDomain {
         FailureDomain {
@@ -288,6 +304,12 @@ mod tests {
     fn status() -> MachineStatus {
         MachineStatus {
             provider_id: "libvirt://5e1c".into(),
+            hardware: Some(Hardware {
+                cpus: 2,
+                memory_mib: 1024,
+                disks: vec![DiskStatus { name: "root".into(), size_gib: 8, id: "/pool/root.qcow2".into() }],
+                nics: vec![NicStatus { name: String::new(), mac: "52:54:00:00:00:01".into(), network: "default".into() }],
+            }),
             power_state: PowerState::PoweredOn,
             addresses: vec![
                 Address { type_: AddressType::InternalIp, address: "192.0.2.1".into() },
@@ -347,6 +369,20 @@ mod tests {
         assert!(err(machine_status("create", &st)).contains("not a DNS name"));
         st.addresses = (0..5_000).map(|i| Address { type_: AddressType::InternalIp, address: format!("10.0.{}.{}", i / 250, i % 250) }).collect();
         assert!(err(machine_status("create", &st)).contains("5,000 addresses; at most 64 are accepted"));
+    }
+
+    #[test]
+    fn hardware_is_bounded() {
+        machine_status("describe", &status()).unwrap();
+        let mut st = status();
+        st.hardware.as_mut().unwrap().disks = (0..1_000).map(|i| DiskStatus { name: format!("d{i}"), size_gib: 1, id: "x".into() }).collect();
+        assert!(err(machine_status("describe", &st)).contains("1,000 disks; at most 64 are accepted"));
+        let mut st = status();
+        st.hardware.as_mut().unwrap().disks[0].id = "x".repeat(1 << 20);
+        assert!(err(machine_status("describe", &st)).contains("a disk id of 1,048,576 bytes"));
+        let mut st = status();
+        st.hardware.as_mut().unwrap().nics[0].mac = "52:54\n".into();
+        assert!(err(machine_status("describe", &st)).contains("control characters"));
     }
 
     #[test]

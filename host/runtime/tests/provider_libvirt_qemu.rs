@@ -132,6 +132,49 @@ async fn a_guest_boots_with_its_user_data_and_reports_its_dhcp_address() {
     assert!(lv.volumes(&format!("{name}_")).unwrap().is_empty());
 }
 
+/// A machine's hardware, changed after it was made (a grown class), reaches the domain when
+/// the host calls `create` again with it shut off: libvirt's own definition says so (vCPUs,
+/// memory), the root volume is grown (`vol-info`), the domain keeps its UUID, and `describe`
+/// reports the hardware as libvirt holds it. A smaller disk is refused and changes nothing.
+#[tokio::test]
+async fn a_shut_off_domain_is_grown_in_place_and_describe_reports_its_hardware() {
+    let env = env().await;
+    let lv = env.lv;
+    let uid = "9a7f3c10-0000-4000-8000-00000000b0b0";
+    let mut m = machine(lv, "grow", uid, "#cloud-config\n");
+    m.power_state = PowerState::PoweredOff;
+    let name = domain(&m);
+    lv.remove(&name, &format!("{name}_"));
+    env.driver.create(&env.config, &m, limits(), env.grants.clone()).await.unwrap();
+    let hw = env.driver.describe(&env.config, &machine_ref(&m), limits(), env.grants.clone()).await.unwrap().hardware.expect("describe reports the hardware");
+    assert_eq!((hw.cpus, hw.memory_mib), (1, 256));
+    let root = format!("{name}_root.qcow2");
+    assert_eq!(hw.disks.iter().map(|d| (d.name.as_str(), d.size_gib)).collect::<Vec<_>>(), [("root", 2)], "the seed is no disk of the machine");
+    assert!(hw.disks[0].id.ends_with(&root), "{:?}", hw.disks);
+    assert_eq!(hw.nics.iter().map(|n| (n.mac.clone(), n.network.clone())).collect::<Vec<_>>(), [(lv.mac(&name).unwrap(), lv.network.clone())]);
+
+    m.cpus = 2;
+    m.memory_mib = 512;
+    m.disks[0].size_gib = 3;
+    env.driver.create(&env.config, &m, limits(), env.grants.clone()).await.unwrap();
+    let xml = lv.virsh(&["dumpxml", "--inactive", &name]).unwrap();
+    assert!(xml.contains("<memory unit='KiB'>524288</memory>") && xml.contains(">2</vcpu>"), "{xml}");
+    assert_eq!(lv.uuid(&name).unwrap(), uid, "the same domain");
+    let info = lv.virsh(&["vol-info", "--pool", &lv.pool, &root, "--bytes"]).unwrap();
+    assert!(info.contains(&(3u64 << 30).to_string()), "{info}");
+    let hw = env.driver.describe(&env.config, &machine_ref(&m), limits(), env.grants.clone()).await.unwrap().hardware.unwrap();
+    assert_eq!((hw.cpus, hw.memory_mib, hw.disks[0].size_gib), (2, 512, 3));
+
+    m.disks[0].size_gib = 2;
+    let e = env.driver.create(&env.config, &m, limits(), env.grants.clone()).await.unwrap_err();
+    assert!(matches!(&e, CallError::Guest(GuestError::InvalidSpec(msg)) if msg.contains("never shrunk")), "{e}");
+    let info = lv.virsh(&["vol-info", "--pool", &lv.pool, &root, "--bytes"]).unwrap();
+    assert!(info.contains(&(3u64 << 30).to_string()), "nothing shrunk: {info}");
+
+    env.driver.delete(&env.config, &machine_ref(&m), off(PowerOffMode::Hard, 0), limits(), env.grants.clone()).await.unwrap();
+    assert!(lv.domains(&name).unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn soft_power_off_is_honoured_and_try_soft_escalates_on_a_guest_that_ignores_acpi() {
     let env = env().await;

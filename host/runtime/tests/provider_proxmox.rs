@@ -327,6 +327,48 @@ async fn static_addresses_become_ipconfig_and_dns() {
     d.delete(&cfg, &machine_ref(UID, "ns", "vm1"), off(PowerOffMode::Hard, 0), limits(), g).await.unwrap();
 }
 
+/// A machine's CPUs and memory, changed after it was made (a grown class), reach the VM
+/// when the host calls `create` again with the VM stopped: PVE's own config says so, no
+/// second clone is made, and `describe` reports the hardware from that config.
+#[tokio::test]
+async fn a_stopped_vm_is_grown_in_place_and_describe_reports_its_hardware() {
+    let pve = FakePve::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&pve.url), grants(&pve, &store).await);
+    let mut m = machine(UID, "vm1");
+    m.power_state = PowerState::PoweredOff;
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let [vm] = pve.vms_tagged(UID).await.unwrap().try_into().unwrap();
+    let hw = d.describe(&cfg, &machine_ref(UID, "ns", "vm1"), limits(), g.clone()).await.unwrap().hardware.expect("describe reports the hardware");
+    assert_eq!((hw.cpus, hw.memory_mib), (2, 2048));
+    let c = pve.vm_config(&vm.node, vm.vmid).await.unwrap();
+    assert_eq!(hw.disks.len(), 1, "{c}");
+    assert!(c.as_object().unwrap().values().any(|v| v.as_str().is_some_and(|v| v.starts_with(&format!("{},", hw.disks[0].id)))), "the disk's id is its volume: {:?} in {c}", hw.disks);
+    assert_eq!(hw.nics.len(), 1);
+    assert!(c["net0"].as_str().unwrap().to_ascii_lowercase().contains(&hw.nics[0].mac), "{c} {:?}", hw.nics);
+    assert_eq!(hw.nics[0].network, "vmbr0");
+
+    let clones = clone_tasks(&pve).await;
+    m.cpus = 4;
+    m.memory_mib = 4096;
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let c = pve.vm_config(&vm.node, vm.vmid).await.unwrap();
+    let number = |k: &str| c[k].as_u64().or_else(|| c[k].as_str()?.parse().ok());
+    assert_eq!((number("cores"), number("memory")), (Some(4), Some(4096)), "{c}");
+    assert_eq!(clone_tasks(&pve).await, clones, "the same VM, not a second clone");
+    assert_eq!(pve.vms_tagged(UID).await.unwrap().len(), 1);
+    let hw = d.describe(&cfg, &machine_ref(UID, "ns", "vm1"), limits(), g.clone()).await.unwrap().hardware.unwrap();
+    assert_eq!((hw.cpus, hw.memory_mib), (4, 4096));
+    // Running, the same change is not made: the host calls `create` only on a machine that is off.
+    d.set_power(&cfg, &machine_ref(UID, "ns", "vm1"), PowerState::PoweredOn, off(PowerOffMode::Hard, 0), limits(), g.clone()).await.unwrap();
+    m.power_state = PowerState::PoweredOn;
+    m.cpus = 1;
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let c = pve.vm_config(&vm.node, vm.vmid).await.unwrap();
+    assert_eq!(c["cores"].as_u64().or_else(|| c["cores"].as_str()?.parse().ok()), Some(4), "a running VM is left as it is: {c}");
+    d.delete(&cfg, &machine_ref(UID, "ns", "vm1"), off(PowerOffMode::Hard, 0), limits(), g).await.unwrap();
+}
+
 #[tokio::test]
 async fn bad_specs_are_invalid_and_leave_nothing() {
     let pve = FakePve::start().await.unwrap();

@@ -310,6 +310,40 @@ async fn disks_are_made_as_declared_and_never_shrunk() {
     assert_eq!(vc.vm_names().await.unwrap(), before, "nothing was cloned for a machine refused");
 }
 
+/// A machine's hardware, changed after it was made (a grown class), reaches the VM when the
+/// host calls `create` again with the VM off: vCenter's own numCPU, memoryMB and disk
+/// capacities say so, the VM is the same one (no second clone), and `describe` reports the
+/// hardware as vCenter holds it.
+#[tokio::test]
+async fn a_stopped_vm_is_grown_in_place_and_describe_reports_its_hardware() {
+    let vc = Vcsim::start().await.unwrap();
+    let store = SessionStore::new();
+    let (d, cfg, g) = (driver(), config(&vc), grants(&vc, vcsim::PASSWORD, &store).await);
+    let mut m = machine(vcsim::TEMPLATE);
+    m.power_state = PowerState::PoweredOff;
+    m.disks = vec![Disk { name: "root".into(), size_gib: 12, target: "LocalDS_0".into() }];
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    let vm = vc.find_vm(UID).await.unwrap().expect("the VM");
+    let st = d.describe(&cfg, &machine_ref(), limits(), g.clone()).await.unwrap();
+    let hw = st.hardware.expect("describe reports the hardware");
+    assert_eq!((hw.cpus, hw.memory_mib), (m.cpus, m.memory_mib));
+    assert_eq!(hw.disks.iter().map(|d| d.size_gib).collect::<Vec<_>>(), [12]);
+    assert!(hw.disks[0].id.ends_with(".vmdk"), "{:?}", hw.disks);
+    assert_eq!(hw.nics.iter().map(|n| n.mac.clone()).collect::<Vec<_>>(), vc.nic_macs(&vm).await.unwrap());
+
+    m.cpus += 1;
+    m.memory_mib *= 2;
+    m.disks[0].size_gib = 16;
+    d.create(&cfg, &m, limits(), g.clone()).await.unwrap();
+    assert_eq!(vc.find_vm(UID).await.unwrap().as_ref(), Some(&vm), "the same VM, not a second clone");
+    assert_eq!(vc.vm_property(&vm, "config.hardware.numCPU").await.unwrap(), Some(m.cpus.to_string()));
+    assert_eq!(vc.vm_property(&vm, "config.hardware.memoryMB").await.unwrap(), Some(m.memory_mib.to_string()));
+    assert_eq!(vc.virtual_disks(&vm).await.unwrap().iter().map(|(kib, _)| *kib).collect::<Vec<_>>(), [16 << 20]);
+    let hw = d.describe(&cfg, &machine_ref(), limits(), g.clone()).await.unwrap().hardware.unwrap();
+    assert_eq!((hw.cpus, hw.memory_mib, hw.disks[0].size_gib), (m.cpus, m.memory_mib, 16));
+    d.delete(&cfg, &machine_ref(), off(PowerOffMode::Hard), limits(), g).await.unwrap();
+}
+
 /// A VM of this machine left without a disk (a clone that failed half-way, played by
 /// taking the disks off) holds no data: the next create destroys it and says the machine
 /// is being cloned again; the one after clones it anew, with its disk.

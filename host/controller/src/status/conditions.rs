@@ -13,6 +13,8 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const VERIFIED: &str = "Verified";
 /// Every address a VM declares is reported by its backend (none declared: any address is).
 pub const ADDRESSES_READY: &str = "AddressesReady";
+/// Whether the machine's backend holds the CPUs, memory and disks its spec asks for.
+pub const CONFIGURATION_APPLIED: &str = "ConfigurationApplied";
 
 /// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
 /// its status or reason changed, or it is said of a new generation of the object (the user

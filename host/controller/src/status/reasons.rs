@@ -37,6 +37,8 @@ reasons! {
     // What the backend reports about a machine.
     PoweredOn, PoweredOff, Suspended, Cloning, Configuring, PoweringOn, WaitingForAddress, Running,
     ShuttingDown, PowerStateMismatch,
+    // A machine's hardware against its spec (`ConfigurationApplied`).
+    Applied, PendingRestart, DiskShrinkRefused, NotAppliedInPlace, Reconfigured,
     // Objects a VM or Machine names that are missing or wrong.
     ClassNotFound, ImageNotFound, ImageNotReady, UserDataNotFound, InvalidUserData, ProviderNotFound,
     ProviderClassNotFound, PlacementPolicyNotFound, NoImageSource, InvalidSpec,

@@ -121,6 +121,9 @@ impl wit::Host for HostState {
     async fn volume_delete(&mut self, pool: String, name: String) -> Result<(), WitError> {
         self.libvirt()?.volume_delete(&pool, &name).await.map_err(err)
     }
+    async fn volume_resize(&mut self, pool: String, name: String, capacity_bytes: u64) -> Result<(), WitError> {
+        self.libvirt()?.volume_resize(&pool, &name, capacity_bytes).await.map_err(err)
+    }
     async fn volume_list(&mut self, pool: String) -> Result<Vec<wit::VolumeInfo>, WitError> {
         self.libvirt()?.volume_list(&pool).await.map(|v| v.into_iter().map(volume).collect()).map_err(err)
     }

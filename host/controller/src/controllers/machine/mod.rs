@@ -8,6 +8,9 @@
 //!   `addresses`, `failureDomain`, conditions) and `spec.providerID`;
 //! - `set-power` drives `spec.vm.powerState` and restarts on a new
 //!   `spec.vm.restartRequestedAt`;
+//! - a change of CPUs, memory or disk sizes (a grown class) is applied by `create` on the
+//!   existing machine while it is off — at once, after a power-off (`updatePolicy: Restart`)
+//!   or at the next power cycle — and shown as `ConfigurationApplied` ([`hardware`]);
 //! - `delete` runs behind the finalizer `banlieue.io/provider`, so the Machine
 //!   outlives its backend VM.
 //!
@@ -42,6 +45,7 @@ use crate::{Context, Error};
 
 mod convert;
 mod delete;
+mod hardware;
 mod realise;
 
 pub use crate::framework::infra_kinds::MACHINE_FINALIZER as FINALIZER;

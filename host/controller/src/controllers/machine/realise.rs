@@ -2,18 +2,18 @@
 //! to what the driver observed.
 
 use banlieue_api::common::{Initialization, MachinePhase, PowerState};
-use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus};
+use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, UpdatePolicy};
 use banlieue_runtime::provider::{self as wit, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
 use kube::api::{ApiResource, DynamicObject};
 use kube::Resource;
 
 use super::convert::{address, api_phase, api_power, power_off, wit_machine, wit_power};
-use super::{call, machine_ref, operation};
+use super::{call, hardware, machine_ref, operation};
 use crate::Context;
 use crate::failure::Failure;
 use crate::sandbox::grants::Backend;
-use crate::status::conditions::{self, PROVISIONED, READY};
+use crate::status::conditions::{self, CONFIGURATION_APPLIED, PROVISIONED, READY};
 use crate::status::reasons::Reason;
 
 /// Bring the backend VM to the spec: create (idempotent), then power and restart.
@@ -48,7 +48,29 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     };
     let want = wit_power(spec.vm.power_state);
     let off = power_off(spec);
-    let restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
+    let mut restart = spec.vm.restart_requested_at.is_some() && spec.vm.restart_requested_at != st.last_restart_requested_at;
+    // A change of hardware (a grown class) is applied by the driver's `create` while the
+    // machine is off: at once when it is off, after a power-off when the update policy says
+    // `Restart`, else in the power cycle a restart asks for.
+    let changes = observed.hardware.as_ref().map(|hw| hardware::changes(&spec.vm, &hardware::reported(&spec.vm, hw))).unwrap_or_default();
+    let is_off = observed.power_state == wit::PowerState::PoweredOff;
+    let cycle = spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::Restart || (restart && spec.vm.power_state == PowerState::PoweredOn);
+    if !changes.apply.is_empty() && changes.refused.is_empty() && (is_off || cycle) {
+        let machine = wit_machine(ctx, m, spec).await?;
+        let _op = operation(b)?;
+        if !is_off {
+            call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
+        }
+        // `create` on the existing machine: brought to the spec's hardware, then its power state.
+        observed = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+        let how = if is_off { "while off" } else { "in a power cycle" };
+        ctx.event(&m.object_ref(resource), false, Reason::Reconfigured, "Reconfigure", format!("applied {how}: {}", changes.apply.join(", "))).await;
+        if restart {
+            // That power cycle was the restart asked for.
+            st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+            restart = false;
+        }
+    }
     if restart && spec.vm.power_state == PowerState::PoweredOn {
         let _op = operation(b)?;
         call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
@@ -84,6 +106,22 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
         }
     }
     conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
+    if let Some(hw) = &observed.hardware {
+        let have = hardware::reported(&spec.vm, hw);
+        let changes = hardware::changes(&spec.vm, &have);
+        let on = power != PowerState::PoweredOff;
+        let (applied, reason, message) = if changes.none() {
+            (true, Reason::Applied, "the backend holds the CPUs, memory and disks the spec asks for".to_string())
+        } else if !changes.refused.is_empty() {
+            (false, Reason::DiskShrinkRefused, format!("{}: nothing was changed; give the class the disk's size or more", changes.refused.join("; ")))
+        } else if on && spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::OnNextPowerCycle {
+            (false, Reason::PendingRestart, format!("{} at the next power cycle (updatePolicy OnNextPowerCycle): restart the VM, or power it off", changes.apply.join(", ")))
+        } else {
+            (false, Reason::NotAppliedInPlace, format!("the backend still differs: {} (its driver does not apply this in place)", changes.apply.join(", ")))
+        };
+        conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, applied, reason, message, generation);
+        st.hardware = Some(have);
+    }
     let ready = observed.provisioned && power == spec.vm.power_state;
     let (reason, message) = if ready {
         (Reason::of_power(power), format!("{} is {power:?}", observed.provider_id))
@@ -108,6 +146,7 @@ mod tests {
     fn observed(provisioned: bool, power: wit::PowerState, phase: wit::MachinePhase) -> MachineStatus {
         MachineStatus {
             provider_id: "libvirt://1234".into(),
+            hardware: None,
             power_state: power,
             addresses: vec![wit::Address { type_: wit::AddressType::InternalIp, address: "192.168.123.10".into() }],
             conditions: vec![wit::Condition { type_: "GuestAgent".into(), status: wit::ConditionStatus::True, reason: "Connected".into(), message: "qemu-ga".into() }],

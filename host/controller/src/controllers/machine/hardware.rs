@@ -1,0 +1,128 @@
+//! A machine's hardware: what its backend reports, against what its spec asks for — the
+//! changes a class change makes to a machine that exists (CPUs, memory, disk sizes).
+//! Applying them is the driver's `create` on the existing machine while it is off
+//! (contract 0.5.0); this module says what differs and what may never be done.
+
+use banlieue_api::infra::{DiskStatus, InterfaceStatus, MachineHardware, ResolvedVm};
+use banlieue_runtime::provider as wit;
+
+/// The backend's hardware in the API's words, disks and NICs the driver left unnamed
+/// named after the spec's by position.
+pub(super) fn reported(vm: &ResolvedVm, hw: &wit::Hardware) -> MachineHardware {
+    let name = |given: &str, of_spec: Option<&str>, i: usize, what: &str| match (given, of_spec) {
+        ("", Some(n)) => n.to_string(),
+        ("", None) => format!("{what}{i}"),
+        (given, _) => given.to_string(),
+    };
+    MachineHardware {
+        cpus: hw.cpus,
+        memory_mib: hw.memory_mib,
+        disks: hw
+            .disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| DiskStatus { name: name(&d.name, vm.disks.get(i).map(|d| d.name.as_str()), i, "disk"), size_gib: d.size_gib, id: d.id.clone() })
+            .collect(),
+        interfaces: hw
+            .nics
+            .iter()
+            .enumerate()
+            .map(|(i, n)| InterfaceStatus {
+                name: name(&n.name, vm.nics.get(i).map(|n| n.name.as_str()), i, "nic"),
+                mac: n.mac.clone(),
+                network: n.network.clone(),
+                addresses: vm.nics.get(i).map(|n| n.ip.addresses.clone()).unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// How the backend's hardware differs from the spec.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Changes {
+    /// What a reconfiguration while off brings to the spec (`2 → 4 CPUs`).
+    pub apply: Vec<String>,
+    /// What is never done: a disk shrunk.
+    pub refused: Vec<String>,
+}
+
+impl Changes {
+    pub fn none(&self) -> bool {
+        self.apply.is_empty() && self.refused.is_empty()
+    }
+}
+
+/// What differs between `want` (the machine's spec) and `have` (the backend). Disks are
+/// matched by name (drivers name them after the spec, or the host by position); a disk
+/// the backend lacks is a change too (some backends add it while off; the others leave it,
+/// and the change stays pending for the user to see).
+pub(super) fn changes(want: &ResolvedVm, have: &MachineHardware) -> Changes {
+    let mut c = Changes::default();
+    if want.cpus != have.cpus {
+        c.apply.push(format!("{} → {} CPUs", have.cpus, want.cpus));
+    }
+    if want.memory_mib != have.memory_mib {
+        c.apply.push(format!("{} → {} MiB of memory", have.memory_mib, want.memory_mib));
+    }
+    for d in &want.disks {
+        match have.disks.iter().find(|h| h.name == d.name) {
+            Some(h) if d.size_gib > h.size_gib => c.apply.push(format!("disk {} {} → {} GiB", d.name, h.size_gib, d.size_gib)),
+            Some(h) if d.size_gib < h.size_gib => {
+                c.refused.push(format!("disk {} holds {} GiB and is never shrunk to {} GiB", d.name, h.size_gib, d.size_gib))
+            }
+            Some(_) => {}
+            None => c.apply.push(format!("disk {} ({} GiB) added", d.name, d.size_gib)),
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::infra::{ResolvedDisk, ResolvedNic};
+
+    fn spec(cpus: u32, memory_mib: u64, disks: &[(&str, u64)]) -> ResolvedVm {
+        ResolvedVm {
+            cpus,
+            memory_mib,
+            disks: disks.iter().map(|(n, s)| ResolvedDisk { name: n.to_string(), size_gib: *s, ..Default::default() }).collect(),
+            nics: vec![ResolvedNic { name: "eth0".into(), ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unnamed_disks_and_nics_take_the_specs_names_by_position() {
+        let hw = wit::Hardware {
+            cpus: 2,
+            memory_mib: 1024,
+            disks: vec![
+                wit::DiskStatus { name: String::new(), size_gib: 8, id: "[ds] vm/vm.vmdk".into() },
+                wit::DiskStatus { name: String::new(), size_gib: 2, id: "[ds] vm/vm_1.vmdk".into() },
+            ],
+            nics: vec![wit::NicStatus { name: String::new(), mac: "00:50:56:00:00:01".into(), network: "VM Network".into() }],
+        };
+        let got = reported(&spec(2, 1024, &[("root", 8)]), &hw);
+        let names: Vec<&str> = got.disks.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["root", "disk1"], "a disk beyond the spec's keeps a name of its own");
+        assert_eq!((got.interfaces[0].name.as_str(), got.interfaces[0].mac.as_str()), ("eth0", "00:50:56:00:00:01"));
+    }
+
+    #[test]
+    fn growth_is_applied_shrinking_is_refused_and_equal_is_nothing() {
+        let have = MachineHardware {
+            cpus: 1,
+            memory_mib: 512,
+            disks: vec![DiskStatus { name: "root".into(), size_gib: 4, id: "p".into() }],
+            interfaces: vec![],
+        };
+        assert!(changes(&spec(1, 512, &[("root", 4)]), &have).none());
+        let grown = changes(&spec(2, 1024, &[("root", 6), ("data", 1)]), &have);
+        assert_eq!(grown.apply, ["1 → 2 CPUs", "512 → 1024 MiB of memory", "disk root 4 → 6 GiB", "disk data (1 GiB) added"]);
+        assert!(grown.refused.is_empty());
+        let fewer = changes(&spec(1, 256, &[("root", 2)]), &have);
+        assert_eq!(fewer.apply, ["512 → 256 MiB of memory"], "less memory is a change like more");
+        assert_eq!(fewer.refused, ["disk root holds 4 GiB and is never shrunk to 2 GiB"]);
+    }
+}
