@@ -373,6 +373,88 @@ async fn static_addresses_reach_the_domain_and_mistakes_make_nothing() -> anyhow
     Ok(())
 }
 
+/// A class grown under running VMs (libvirt's test driver; disk growth, which it cannot do,
+/// is checked on libvirtd in `provider_libvirt_qemu`): with `updatePolicy: OnNextPowerCycle`
+/// the VM says `PendingRestart` and the domain is untouched until a restart applies it; with
+/// `Restart` it is applied at once. Each time libvirt's own definition shows the new vCPUs and
+/// memory, and the domain is the same one (UUID = the same Machine's UID). A disk declared
+/// smaller is refused and nothing changes. The VM's status shows the backend's disks and NICs.
+#[tokio::test]
+async fn a_grown_class_is_applied_in_place_per_the_update_policy() -> anyhow::Result<()> {
+    let env = TestEnv::start("vm-grow").await?;
+    env.install_crds().await?;
+    let _cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let libvirt = banlieue_libvirt::Connections::new().get(DEFAULT_URI).await?;
+    let class = |name: &str, cpus: u32, memory: u64, disk: u64| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-{name}", env.ns)},
+               "spec": {"cpus": cpus, "memoryMiB": memory, "disks": [{"name": "root", "sizeGiB": disk, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}})
+    };
+    let applied = |reason: &'static str| {
+        move |v: Option<&VirtualMachine>| v.and_then(|v| condition(v, "ConfigurationApplied")).is_some_and(|(_, r, _)| r == reason)
+    };
+    // libvirt's own word: vCPUs and memory (KiB) of the domain's definition.
+    let defined = |xml: String| {
+        let number = |tag: &str| xml.split(&format!("<{tag}")).nth(1).and_then(|r| r.split_once('>')).and_then(|(_, r)| r.split('<').next()).and_then(|n| n.trim().parse::<u64>().ok());
+        (number("vcpu"), number("memory"))
+    };
+    for (name, policy) in [("cycled", "OnNextPowerCycle"), ("restarted", "Restart")] {
+        env.apply(class(name, 1, 512, 4)).await?;
+        env.apply(vm(&env, name, json!({"classRef": {"name": format!("{}-{name}", env.ns)}, "updatePolicy": policy}))).await?;
+    }
+    for name in ["cycled", "restarted"] {
+        let v = wait_for(&vms, name, 60, "Ready and applied", |v: Option<&VirtualMachine>| is_ready(v) && applied("Applied")(v)).await?;
+        let st = v.status.as_ref().unwrap();
+        let domain = format!("{}_{name}", env.ns);
+        assert_eq!(defined(libvirt.domain_xml(&domain).await?), (Some(1), Some(512 << 10)));
+        assert_eq!(st.disks.iter().map(|d| (d.name.as_str(), d.size_gib)).collect::<Vec<_>>(), [("root", 4)], "{:?}", st.disks);
+        assert!(st.disks[0].id.contains(&format!("{domain}_root.qcow2")), "{:?}", st.disks);
+        let xml = libvirt.domain_xml(&domain).await?;
+        assert!(xml.contains(&st.interfaces[0].mac) && st.interfaces[0].name == "eth0", "{:?} in {xml}", st.interfaces);
+    }
+    let machine_uid = |name: &'static str| {
+        let machines = machines(&env);
+        async move { anyhow::Ok(machines.get(name).await?.uid().unwrap_or_default()) }
+    };
+    let (cycled_uid, restarted_uid) = (machine_uid("cycled").await?, machine_uid("restarted").await?);
+
+    // OnNextPowerCycle: pending until a restart, then applied in that power cycle.
+    env.apply(class("cycled", 2, 1024, 4)).await?;
+    let v = wait_for(&vms, "cycled", 30, "PendingRestart", applied("PendingRestart")).await?;
+    assert!(condition(&v, "ConfigurationApplied").unwrap().2.contains("1 → 2 CPUs"), "{:?}", condition(&v, "ConfigurationApplied"));
+    assert!(is_ready(Some(&v)), "a pending change leaves the VM Ready");
+    assert_eq!(defined(libvirt.domain_xml(&format!("{}_cycled", env.ns)).await?), (Some(1), Some(512 << 10)), "untouched until the power cycle");
+    patch_spec(&vms, "cycled", json!({"restartRequestedAt": "2026-12-06T12:00:00Z"})).await?;
+    wait_for(&vms, "cycled", 60, "applied in the restart", |v: Option<&VirtualMachine>| is_ready(v) && applied("Applied")(v)).await?;
+    let domain = format!("{}_cycled", env.ns);
+    assert_eq!(defined(libvirt.domain_xml(&domain).await?), (Some(2), Some(1024 << 10)));
+    assert_eq!(libvirt.domain_state(&domain).await?, DomainState::Running);
+    assert_eq!(machine_uid("cycled").await?, cycled_uid, "the same Machine");
+    assert_eq!(domains(&libvirt, &env.ns).await?.iter().find(|d| d.0 == domain).map(|d| d.1.clone()), Some(cycled_uid), "the same domain");
+
+    // Restart: applied at once (the Machine's status is the driver's report after it).
+    env.apply(class("restarted", 2, 768, 4)).await?;
+    wait_for(&machines(&env), "restarted", 60, "the backend reporting 2 CPUs and 768 MiB", |m: Option<&DynamicObject>| {
+        m.is_some_and(|m| m.data["status"]["hardware"]["cpus"] == 2 && m.data["status"]["hardware"]["memoryMiB"] == 768)
+    })
+    .await?;
+    wait_for(&vms, "restarted", 60, "Ready and applied", |v: Option<&VirtualMachine>| is_ready(v) && applied("Applied")(v)).await?;
+    let domain = format!("{}_restarted", env.ns);
+    assert_eq!(defined(libvirt.domain_xml(&domain).await?), (Some(2), Some(768 << 10)));
+    assert_eq!(libvirt.domain_state(&domain).await?, DomainState::Running);
+    assert_eq!(machine_uid("restarted").await?, restarted_uid);
+
+    // A disk declared smaller: refused, nothing changed.
+    env.apply(class("restarted", 2, 768, 2)).await?;
+    let v = wait_for(&vms, "restarted", 30, "DiskShrinkRefused", applied("DiskShrinkRefused")).await?;
+    assert!(condition(&v, "ConfigurationApplied").unwrap().2.contains("never shrunk to 2 GiB"), "{:?}", condition(&v, "ConfigurationApplied"));
+    assert_eq!(defined(libvirt.domain_xml(&domain).await?), (Some(2), Some(768 << 10)));
+    assert_eq!(libvirt.domain_state(&domain).await?, DomainState::Running, "nothing was power-cycled for a refused change");
+    Ok(())
+}
+
 /// The cloud-init network-config the libvirt driver put in a test-driver domain's metadata.
 fn network_config(xml: &str) -> anyhow::Result<Value> {
     use base64::Engine as _;

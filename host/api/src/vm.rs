@@ -50,6 +50,11 @@ pub struct VirtualMachineSpec {
     /// Bump to any new value (conventionally an RFC 3339 time) to restart the VM once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
+    /// When a change of its class's CPUs, memory or disk sizes reaches the VM while it runs:
+    /// `OnNextPowerCycle` (default: the next power-off or restart) or `Restart` (at once,
+    /// powering it off and on). A VM that is off gets it at once either way.
+    #[serde(default)]
+    pub update_policy: crate::infra::UpdatePolicy,
     /// Cloud-init / ignition user-data, read from a Secret key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretKeyRef>,
@@ -205,11 +210,17 @@ pub struct VirtualMachineStatus {
     /// The last `restartRequestedAt` acted upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,
+    /// The VM's disks as its backend holds them (name, size, backend id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::infra::DiskStatus>,
+    /// The VM's NICs as its backend holds them (name, MAC, network, static addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<crate::infra::InterfaceStatus>,
     /// The `IPAddressClaim`s banlieue made for `spec.network`'s pools (recorded before each
     /// is made, so none is forgotten when the VM is deleted or leaves a pool).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ip_address_claims: Vec<String>,
-    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady.
+    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady, ConfigurationApplied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -22,9 +22,9 @@ pub(crate) mod bindings {
 }
 
 pub use bindings::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, FailureDomain, Firmware, ImagePhase, ImageRequest,
-    ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, UrlSource, UserDataFormat,
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase, ImageRequest,
+    ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, PowerOff, PowerOffMode,
+    PowerState, ProviderConfig, UrlSource, UserDataFormat,
 };
 
 /// A provider driver ready to be called.

@@ -69,6 +69,7 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
             // That power cycle was the restart asked for.
             st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
             restart = false;
+            ctx.event(&m.object_ref(resource), false, Reason::Restarted, "Restart", format!("restarted for restartRequestedAt={}", spec.vm.restart_requested_at.as_deref().unwrap_or_default())).await;
         }
     }
     if restart && spec.vm.power_state == PowerState::PoweredOn {

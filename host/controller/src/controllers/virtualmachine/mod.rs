@@ -46,7 +46,7 @@ use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::framework::infra_kinds;
 use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::placement::scheduling;
-use crate::status::conditions::{self, ADDRESSES_READY, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
+use crate::status::conditions::{self, ADDRESSES_READY, CONFIGURATION_APPLIED, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::status::finalizer;
 use crate::status::reasons::Reason;
 use crate::status;
@@ -707,6 +707,8 @@ impl<'a> Reconcile<'a> {
         self.set(INFRASTRUCTURE_READY, false, Reason::Moving, message.clone());
         self.set(READY, false, Reason::Moving, message);
         self.status.addresses.clear();
+        self.status.disks.clear();
+        self.status.interfaces.clear();
         self.status.phase = None;
         // The old Machine's deletion event brings the VM back.
         Ok(Outcome::AwaitChange)
@@ -736,6 +738,7 @@ impl<'a> Reconcile<'a> {
                 power_state: self.vm.spec.desired_power_state,
                 power_off_mode: self.vm.spec.power_off_mode,
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
+                update_policy: Some(self.vm.spec.update_policy),
                 ..resolved
             },
             ..Default::default()
@@ -792,6 +795,13 @@ impl<'a> Reconcile<'a> {
             Ok(()) => self.set(ADDRESSES_READY, true, Reason::AddressesReported, "the backend reports every address of the VM"),
             Err(why) => self.set(ADDRESSES_READY, false, Reason::WaitingForAddress, why),
         };
+        let hardware = st.hardware.clone().unwrap_or_default();
+        self.status.disks = hardware.disks;
+        self.status.interfaces = hardware.interfaces;
+        if let Some(c) = conditions::get(&st.conditions, CONFIGURATION_APPLIED) {
+            let (applied, reason, message) = (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message));
+            conditions::set_reported(&mut self.status.conditions, CONFIGURATION_APPLIED, applied, &reason, message, self.generation);
+        }
         self.status.observed_power_state = st.power_state;
         self.status.phase = st.phase;
         if st.last_restart_requested_at.is_some() {
