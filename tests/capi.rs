@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use banlieue_libvirt::Libvirt;
-use banlieue_tests::control::{libvirt_fixtures, libvirt_test_node, repo_root, wait_for, ControlPlane};
+use banlieue_tests::control::{libvirt_fixtures, libvirt_test_node, network_config, repo_root, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
@@ -386,6 +386,53 @@ async fn failure_domains_follow_providers_and_managed_clusters_are_left_alone() 
     // Every change above woke the namespace's clusters; the foreign one has no status of ours.
     let foreign = t.infra_clusters.get("foreign").await?;
     assert!(foreign.data.get("status").is_none_or(|s| s.get("failureDomains").is_none() && s.get("conditions").is_none()), "{:?}", foreign.data.get("status"));
+    Ok(())
+}
+
+/// A template's NICs take addresses from an IP pool (Cluster API's IPAM contract, the test
+/// playing the IPAM provider): each machine claims its own address (the claim owned by the
+/// machine), stays unbound with nothing on the backend until the provider answers, then gets
+/// the address in its `spec.vm.nics` and in the domain's network configuration; the claim
+/// is released once the machine is gone (the garbage collector, through its owner).
+#[tokio::test]
+async fn machines_from_a_template_take_their_addresses_from_an_ip_pool() -> anyhow::Result<()> {
+    use banlieue_tests::ipam;
+    let t = Capi::start("capi-ipam").await?;
+    ipam::install_crds(&t.env.client).await?;
+    let ns = t.ns().to_string();
+    let providers = t.providers(&["lab"]).await?;
+    let (uri, _) = providers["lab"].clone();
+    t.cluster("demo", json!({"controlPlaneEndpoint": {"host": "192.0.2.10", "port": 6443}})).await?;
+    wait_for(&t.infra_clusters, "demo", 60, "provisioned", |c: Option<&DynamicObject>| {
+        c.is_some_and(|c| c.data.pointer("/status/initialization/provisioned") == Some(&json!(true)))
+    })
+    .await?;
+    let mut pooled = template(&t.env, "pooled", &format!("{ns}-small"), &format!("{ns}-debian"));
+    pooled["spec"]["template"]["spec"]["network"] =
+        json!({"interfaces": [{"name": "eth0", "nameservers": ["10.9.0.2"], "addressesFromPools": [ipam::pool("nodes")]}]});
+    let claims = ipam::claims(&t.env.client, &ns);
+    for (i, name) in ["w-0", "w-1"].into_iter().enumerate() {
+        t.machine("demo", name, &pooled, false, None, Some("#cloud-config\n")).await?;
+        let m = t.ready_reason(name, "WaitingForIPAddress").await?;
+        let claim = wait_for(&claims, &format!("{name}-eth0-0"), 30, "the machine's claim", |c: Option<&DynamicObject>| c.is_some()).await?;
+        assert_eq!(claim.owner_references()[0].uid, m.uid().unwrap_or_default(), "the claim is the machine's");
+        assert_eq!(claim.data["spec"]["poolRef"], ipam::pool("nodes"));
+        assert!(t.domain(&uri, name).await?.is_none() && m.data.pointer("/spec/providerRef").is_none(), "nothing before the address");
+        let address = format!("10.9.0.{}", 21 + i);
+        ipam::answer(&t.env.client, &ns, &format!("{name}-eth0-0"), &format!("{name}-eth0-0"), &format!("nodes-{}", address.replace('.', "-")), &address, 24, "10.9.0.1").await?;
+        let m = t.provisioned(name).await?;
+        let nic = &m.data["spec"]["vm"]["nics"][0];
+        assert_eq!((&nic["addresses"], &nic["gateway"], &nic["nameservers"]), (&json!([format!("{address}/24")]), &json!("10.9.0.1"), &json!(["10.9.0.2"])), "{nic}");
+        let config = network_config(&t.domain(&uri, name).await?.expect("the domain"))?;
+        assert_eq!(config["ethernets"]["eth0"]["addresses"], json!([format!("{address}/24")]), "{config}");
+    }
+
+    // CAPI deletes the Machine's infrastructure machine; its claim goes once it is gone.
+    t.machines.delete("w-0", &DeleteParams::default()).await?;
+    t.infra_machines.delete("w-0", &DeleteParams::default()).await?;
+    await_deleted(&t.infra_machines, "w-0").await?;
+    await_deleted(&claims, "w-0-eth0-0").await?;
+    assert!(claims.get_opt("w-1-eth0-0").await?.is_some(), "the other machine keeps its address");
     Ok(())
 }
 

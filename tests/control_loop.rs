@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use banlieue_api::VirtualMachine;
 use banlieue_api::{Provider, ProviderClass};
 use banlieue_libvirt::{DomainState, Libvirt};
-use banlieue_tests::control::{component_dir, guests_dist, libvirt_test_node, wait_for, ControlPlane};
+use banlieue_tests::control::{component_dir, guests_dist, libvirt_test_node, network_config, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -453,18 +453,6 @@ async fn a_grown_class_is_applied_in_place_per_the_update_policy() -> anyhow::Re
     assert_eq!(defined(libvirt.domain_xml(&domain).await?), (Some(2), Some(768 << 10)));
     assert_eq!(libvirt.domain_state(&domain).await?, DomainState::Running, "nothing was power-cycled for a refused change");
     Ok(())
-}
-
-/// The cloud-init network-config the libvirt driver put in a test-driver domain's metadata.
-fn network_config(xml: &str) -> anyhow::Result<Value> {
-    use base64::Engine as _;
-    let encoded = xml
-        .split("<banlieue:network-config")
-        .nth(1)
-        .and_then(|r| r.split_once('>'))
-        .and_then(|(_, r)| r.split('<').next())
-        .ok_or_else(|| anyhow::anyhow!("no network-config in the domain: {xml}"))?;
-    Ok(serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?)
 }
 
 /// Addresses from IP pools through Cluster API's IPAM contract, the test playing the IPAM

@@ -499,14 +499,10 @@ fn machine_uid(vm: &VirtualMachine) -> String {
     vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default()
 }
 
-#[tokio::test]
-async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field() -> anyhow::Result<()> {
-    let env = TestEnv::start("swap").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let pve = FakePve::start().await?;
-    let lv = Libvirtd::shared()?;
-    let _cp = ControlPlane::start(&env)?;
+/// ProviderClasses, a VMClass, one VMImage with a source per class, and a Provider on each of
+/// vcsim (`VCENTER`), fakepve (`PVE`) and libvirtd (`KVM`): what lets one VM land anywhere.
+/// The names of the vSphere class, the VMClass and the image.
+async fn three_backends(env: &TestEnv, vc: &Vcsim, pve: &FakePve, lv: &Libvirtd) -> anyhow::Result<Names> {
     let ns = &env.ns;
     let (vsphere, proxmox, libvirt_class) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-libvirt"));
     let (class, image) = (format!("{ns}-any-small"), format!("{ns}-any-os"));
@@ -515,14 +511,12 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
         provider_class(&proxmox, "provider-proxmox", "Proxmox"),
         libvirt_provider_class(&libvirt_class),
         vm_class(&class, 1, 256, 4, "standard", 30),
-        // One image, a source per provider class: what lets the same VM land anywhere.
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
                "spec": {"sources": [{"providerClass": vsphere, "template": vcsim::TEMPLATE},
                                     {"providerClass": proxmox, "template": fakepve::TEMPLATE_VMID.to_string()},
                                     {"providerClass": libvirt_class, "backingFile": lv.guest_disk()}]}}),
-        secret(&env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", vcsim::PASSWORD)]),
-        secret(&env, "pve-credentials", &[("username", &pve.username), ("password", &pve.password)]),
-        secret(&env, "roamer-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: roaming\n")]),
+        secret(env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", vcsim::PASSWORD)]),
+        secret(env, "pve-credentials", &[("username", &pve.username), ("password", &pve.password)]),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": ns},
                "spec": {"providerClassRef": {"name": vsphere},
                         "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
@@ -533,12 +527,87 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
                         "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem,
                                        "credentialsRef": {"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]}},
                         "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
-        libvirtd_provider(&env, lv, KVM, &libvirt_class),
+        libvirtd_provider(env, lv, KVM, &libvirt_class),
     ] {
         env.apply(object).await?;
     }
+    Ok(Names { provider_class: vsphere, vm_class: class, image })
+}
+
+/// An address from an IP pool (the test playing the IPAM provider) is the VM's, not its
+/// backend's: it reaches the guest the way each backend's guests read it — vSphere's
+/// `guestinfo.metadata`, Proxmox VE's `ipconfig0`, the libvirtd guest's seed, which the booting
+/// guest applies — the claim kept across both moves, and released when the VM is deleted.
+#[tokio::test]
+async fn an_address_from_a_pool_follows_the_vm_to_each_backends_guest() -> anyhow::Result<()> {
+    use banlieue_tests::ipam;
+    let env = TestEnv::start("pool-roam").await?;
+    env.install_crds().await?;
+    ipam::install_crds(&env.client).await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = three_backends(&env, &vc, &pve, lv).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let claims = ipam::claims(&env.client, &env.ns);
+    let network = json!({"interfaces": [{"name": "eth0", "addressesFromPools": [ipam::pool("lab")]}]});
+    env.apply(vm(&env, "nomad", &n, VCENTER, json!({"network": network}))).await?;
+    wait_for(&claims, "nomad-eth0-0", 30, "the VM's claim", |c: Option<&DynamicObject>| c.is_some()).await?;
+    // The libvirtd test network is 192.168.123.0/24, DHCP from .10: .6 is nobody's lease.
+    ipam::answer(&env.client, &env.ns, "nomad-eth0-0", "nomad-eth0-0", "lab-192-168-123-6", "192.168.123.6", 24, "192.168.123.1").await?;
+    let claim_uid = claims.get("nomad-eth0-0").await?.uid();
+
+    // vSphere: in guestinfo.metadata's network configuration.
+    let on_vc = ready_on(&vms, "nomad", VCENTER).await?;
+    let moref = vc.find_vm(&machine_uid(&on_vc)).await?.expect("the VM on vcsim");
+    let meta = vc.extra_config(&moref, "guestinfo.metadata").await?.context("guestinfo.metadata")?;
+    let meta: Value = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(meta)?)?;
+    let eth0 = meta["network"]["ethernets"].as_object().and_then(|e| e.values().next()).cloned().unwrap_or_default();
+    assert_eq!(eth0["addresses"], json!(["192.168.123.6/24"]), "{meta}");
+
+    // Proxmox VE: ipconfig0.
+    patch_spec(&vms, "nomad", json!({"placement": {"providerRef": {"name": PVE}}})).await?;
+    let on_pve = ready_on(&vms, "nomad", PVE).await?;
+    let [pve_vm] = pve.vms_tagged(&machine_uid(&on_pve)).await?.try_into().map_err(|v| anyhow::anyhow!("one VM: {v:?}"))?;
+    let config = pve.vm_config(&pve_vm.node, pve_vm.vmid).await?;
+    assert_eq!(config["ipconfig0"], "ip=192.168.123.6/24,gw=192.168.123.1", "{config}");
+
+    // libvirtd: the booting guest applies it from its seed.
+    patch_spec(&vms, "nomad", json!({"placement": {"providerRef": {"name": KVM}}})).await?;
+    let on_kvm = ready_on(&vms, "nomad", KVM).await?;
+    let domain = format!("{}_nomad", env.ns);
+    assert_eq!(lv.uuid(&domain)?, machine_uid(&on_kvm));
+    banlieue_tests::within(BOOT_SECS, async {
+        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .with_context(|| format!("the guest did not finish booting: {}", lv.serial_log(&domain)))?;
+    assert!(lv.serial_log(&domain).contains("banlieue-guest: eth0 static address=192.168.123.6/24"), "{}", lv.serial_log(&domain));
+    assert_eq!(claims.get("nomad-eth0-0").await?.uid(), claim_uid, "one claim for the VM's life, across both moves");
+    assert_eq!(on_kvm.status.as_ref().map(|s| s.ip_address_claims.clone()), Some(vec!["nomad-eth0-0".to_string()]));
+
+    vms.delete("nomad", &Default::default()).await?;
+    await_deleted(&vms, "nomad").await?;
+    assert!(claims.get_opt("nomad-eth0-0").await?.is_none(), "released with the VM");
+    assert!(lv.domains(&domain)?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field() -> anyhow::Result<()> {
+    let env = TestEnv::start("swap").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let ns = &env.ns;
+    let n = three_backends(&env, &vc, &pve, lv).await?;
+    env.apply(secret(&env, "roamer-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: roaming\n")])).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
-    let n = Names { provider_class: vsphere.clone(), vm_class: class.clone(), image: image.clone() };
     env.apply(vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}}))).await?;
 
     // vSphere.

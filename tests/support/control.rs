@@ -189,6 +189,19 @@ where
     }
 }
 
+/// The cloud-init network-config the libvirt driver put in a test-driver domain's metadata
+/// (where a booting guest's seed would carry it).
+pub fn network_config(domain_xml: &str) -> anyhow::Result<serde_json::Value> {
+    use base64::Engine as _;
+    let encoded = domain_xml
+        .split("<banlieue:network-config")
+        .nth(1)
+        .and_then(|r| r.split_once('>'))
+        .and_then(|(_, r)| r.split('<').next())
+        .ok_or_else(|| anyhow::anyhow!("no network-config in the domain: {domain_xml}"))?;
+    Ok(serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(encoded)?)?)
+}
+
 /// A libvirt "host" of our own for the test driver: a node description with `cpus`, `memory_gib`,
 /// network `default` and pool `default-pool` of `pool_gib`. Returns its `test://` URI.
 pub fn libvirt_test_node(dir: &std::path::Path, name: &str, cpus: u32, memory_gib: u64, pool_gib: u64) -> anyhow::Result<String> {

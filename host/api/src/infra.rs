@@ -61,6 +61,13 @@ pub struct InfraMachineSpec {
     /// The VMImage to resolve `vm` from, for machines CAPI makes from a template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_ref: Option<NameRef>,
+    /// Addressing of the class's NICs for machines CAPI makes from a template, as a
+    /// VirtualMachine's `spec.network`: above all `addressesFromPools` (Cluster API IPAM; what
+    /// CAPV and CAPMox call `network.devices[].addressesFromPools`), since fixed addresses in a
+    /// template would give every machine the same ones. Resolved into `vm.nics` when the
+    /// machine is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::vm::VmNetwork>,
     /// The resolved VM (written by banlieue; left empty in a template).
     #[serde(default)]
     pub vm: ResolvedVm,

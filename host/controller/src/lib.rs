@@ -14,6 +14,7 @@
 //!
 //! [`run()`] starts the roles asked for with a [`Context`].
 
+mod addressing;
 mod context;
 mod controllers;
 mod failure;

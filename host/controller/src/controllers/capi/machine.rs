@@ -13,16 +13,17 @@
 //!    machines only in domains marked `controlPlane`;
 //! 4. writes `spec.providerRef`, `spec.failureDomain` (the cluster's name of the domain)
 //!    and `spec.vm` (class and image resolved for that Provider, the bootstrap Secret as
-//!    user-data). From there [`crate::controllers::machine`] realises it like any other machine and
+//!    user-data, the template's `spec.network` as the NICs' addresses — those from IP pools
+//!    claimed first, the machine waiting `WaitingForIPAddress` until every pool answered). From there [`crate::controllers::machine`] realises it like any other machine and
 //!    reports `providerID`, `addresses`, `initialization.provisioned` and `Ready`.
 //!
 //! Anything missing or wrong is a `Ready=False` condition naming it (CAPI mirrors it on
 //! the Machine) and nothing is created.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use banlieue_api::common::{NameRef, SecretKeyRef};
+use banlieue_api::common::{NameRef, SecretKeyRef, StaticIp};
 use banlieue_api::infra::{ClusterFailureDomain, InfraClusterStatus, InfraMachineSpec, InfraMachineStatus, UserDataFormat};
 use banlieue_api::vm::{Scheduled, VirtualMachineSpec, VirtualMachineStatus};
 use banlieue_api::{Provider, VMClass, VMImage, VirtualMachine};
@@ -35,6 +36,7 @@ use kube::{Resource, ResourceExt};
 
 use super::cluster::{BACKEND_DOMAIN_ATTRIBUTE, PROVIDER_ATTRIBUTE};
 use super::contract::{self, cluster_of, paused, str_at, CONTROL_PLANE_LABEL, PAUSED_CONDITION};
+use crate::addressing::{self, ipam};
 use crate::failure::{api_failure, Failure};
 use crate::framework::reconciler::{dynamic_controller, Frame, Outcome};
 use crate::placement::{resolve, scheduling};
@@ -43,7 +45,11 @@ use crate::status::reasons::Reason;
 use crate::{status, Context, Error};
 
 /// What a machine waits for in the normal course of things (Normal events, not failures).
-const WAITING: [Reason; 4] = [Reason::WaitingForOwner, Reason::WaitingForBootstrapData, Reason::WaitingForCluster, Reason::WaitingForClusterInfrastructure];
+const WAITING: [Reason; 5] =
+    [Reason::WaitingForOwner, Reason::WaitingForBootstrapData, Reason::WaitingForCluster, Reason::WaitingForClusterInfrastructure, Reason::WaitingForIPAddress];
+
+/// The label on the IP address claims made for a machine: its name.
+pub const MACHINE_LABEL: &str = "banlieue.io/machine";
 
 /// The bootstrap Secret's keys, per CAPI's bootstrap contract.
 pub const BOOTSTRAP_VALUE_KEY: &str = "value";
@@ -54,6 +60,10 @@ struct Shared {
     ctx: Arc<Context>,
     frame: Frame<DynamicObject>,
     resource: ApiResource,
+    /// Wakes a machine's reconcile (its claims' IPAM provider answered).
+    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
+    /// The watch on the machines' IP address claims.
+    claims: ipam::ClaimWatch,
 }
 
 /// Bind every `<prefix>Machine` CAPI creates, until `stop`.
@@ -62,10 +72,12 @@ pub async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future
     // Only machines CAPI made: it labels each with its cluster's name (VM-made machines, most
     // of them, are neither cached nor reconciled here).
     let (controller, store, frame) = dynamic_controller(&ctx, "capimachine", &resource, Some(contract::CLUSTER_NAME_LABEL));
-    let kind = Arc::new(Shared { ctx: ctx.clone(), frame, resource: resource.clone() });
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let kind = Arc::new(Shared { ctx: ctx.clone(), frame, resource: resource.clone(), wake, claims: ipam::ClaimWatch::default() });
     let (by_machine, by_cluster) = (store.clone(), store.clone());
     let (r1, r2) = (resource.clone(), resource.clone());
     controller
+        .reconcile_on(woken)
         // The owner Machine appears, gets its bootstrap data or a failure domain.
         .watches_stream_with(
             contract::changes(&ctx, contract::machine_resource()),
@@ -119,7 +131,7 @@ async fn reconcile_inner(m: &DynamicObject, kind: &Shared) -> Result<Outcome, Er
     if contract::cluster_name(m).is_some() {
         conditions::set(&mut st.conditions, PAUSED_CONDITION, false, Reason::NotPaused, "", generation);
     }
-    let outcome = match bind(ctx, m, &kind.resource, &spec, cluster.as_ref()).await {
+    let outcome = match bind(kind, m, &spec, cluster.as_ref()).await {
         Ok(bound) => {
             // The status first: once the spec names a Provider the provider role owns the
             // conditions, and it must see this write before it writes its own.
@@ -153,7 +165,8 @@ struct Bound {
 
 /// Everything a CAPI machine needs before it can be realised; the first thing
 /// missing is the failure.
-async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &InfraMachineSpec, cluster: Option<&DynamicObject>) -> Result<Bound, Failure> {
+async fn bind(kind: &Shared, m: &DynamicObject, spec: &InfraMachineSpec, cluster: Option<&DynamicObject>) -> Result<Bound, Failure> {
+    let (ctx, resource) = (&*kind.ctx, &kind.resource);
     let ns = m.namespace().unwrap_or_default();
     let owner = contract::owner(m, "Machine").ok_or_else(|| Failure::until_changed(Reason::WaitingForOwner, "waiting for CAPI to set the owner Machine".to_string()))?;
     let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &contract::machine_resource());
@@ -183,6 +196,7 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
         .map_err(|e| api_failure(&e))?
         .ok_or_else(|| Failure::transient(Reason::ImageNotFound, format!("VMImage {:?} (spec.imageRef) not found", image_ref.name)))?;
     let format = bootstrap_format(ctx, &ns, &data_secret).await?;
+    let addressing = addresses(kind, m, spec, &class).await?;
 
     let domains = cluster_failure_domains(ctx, &ns, cluster).await?;
     let wanted = spec.failure_domain.clone().or_else(|| str_at(&machine, "/spec/failureDomain").map(str::to_string));
@@ -219,12 +233,39 @@ async fn bind(ctx: &Context, m: &DynamicObject, resource: &ApiResource, spec: &I
     vm.user_data = Some(SecretKeyRef { name: data_secret.clone(), key: BOOTSTRAP_VALUE_KEY.into() });
     vm.user_data_format = Some(format);
     vm.failure_domain = Some(backend_domain);
+    vm.nics = addressing::addressed(vm.nics, &addressing);
     let patch = serde_json::json!({
         "providerRef": NameRef { name: provider_name.clone() },
         "failureDomain": domain.name,
         "vm": vm,
     });
     Ok(Bound { patch, message: format!("bound to Provider {provider_name}, failure domain {} ({how}); bootstrap data from Secret {data_secret:?}", domain.name) })
+}
+
+/// The machine's addressing (`spec.network`, from its template), checked against the class;
+/// addresses from pools claimed (claims owned by the machine, so the garbage collector
+/// releases them once the machine and its backend VM are gone) — the machine stays unbound
+/// until every pool has answered (the claims' watch brings it back).
+async fn addresses(kind: &Shared, m: &DynamicObject, spec: &InfraMachineSpec, class: &VMClass) -> Result<BTreeMap<String, StaticIp>, Failure> {
+    let network = spec.network.as_ref();
+    addressing::check(network, class).map_err(|msg| Failure::until_changed(Reason::InvalidNetwork, msg))?;
+    let (name, ns) = (m.name_any(), m.namespace().unwrap_or_default());
+    let wanted = ipam::wanted(&name, network);
+    let mut allocated = Vec::new();
+    if !wanted.is_empty() {
+        let (wake, resource) = (kind.wake.clone(), kind.resource.clone());
+        kind.claims
+            .start(&kind.ctx, &ns, MACHINE_LABEL, move |machine, ns| wake.unbounded_send(ObjectRef::new_with(machine, resource.clone()).within(ns)).is_ok())
+            .await?;
+        let owner = m.controller_owner_ref(&kind.resource).ok_or_else(|| Failure::until_changed(Reason::Internal, "the machine has no uid"))?;
+        let mut labels = BTreeMap::from([(MACHINE_LABEL.to_string(), name)]);
+        kind.ctx.options.installation.mark(&mut labels);
+        allocated = ipam::claim(&kind.ctx.client, &ns, &owner, &labels, &wanted)
+            .await
+            .map_err(|e| api_failure(&e))?
+            .map_err(|why| Failure::until_changed(Reason::WaitingForIPAddress, why))?;
+    }
+    addressing::resolve(network, &allocated).map_err(|msg| Failure::until_changed(Reason::InvalidNetwork, msg))
 }
 
 /// The bootstrap Secret's `format` (cloud-config when absent), after checking it has a `value`.

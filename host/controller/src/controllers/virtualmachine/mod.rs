@@ -6,7 +6,7 @@
 //!    a paused VM pauses its Machine and stops there;
 //! 3. resolve the VMClass, the VMImage and the user-data Secret (a GET of that one
 //!    Secret: banlieue watches no Secrets, so a missing one is looked for again with backoff);
-//!    check the declared addresses, and claim those from IP pools ([`ipam`]): nothing is
+//!    check the declared addresses, and claim those from IP pools ([`crate::addressing`]): nothing is
 //!    placed before every pool has answered;
 //! 4. place: gather candidates ([`crate::placement::scheduling`]) and let the placement
 //!    component choose — or keep the current placement while it still holds, and apply the
@@ -22,7 +22,6 @@
 //! IP address claims.
 
 mod assumed;
-mod ipam;
 mod network;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +40,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use self::assumed::Assumed;
+use crate::addressing::{self, ipam};
 use crate::failure::{api_failure, Failure};
 use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::framework::infra_kinds;
@@ -56,6 +56,12 @@ pub const FINALIZER: &str = "banlieue.io/virtualmachine";
 pub const VM_LABEL: &str = "banlieue.io/vm";
 /// When to look again at a VM whose cached copy was found older than the server's.
 const STALE_CACHE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// When to look again, at the latest, at a VM waiting for its Machine to be gone. The
+/// Machine's deletion event normally brings it back at once; but a deletion that happens
+/// while the Machine watch is down (an API server restarting) is never an event — the
+/// re-list just no longer holds the Machine — and the VM would wait forever (found by
+/// `faults_api` against a SIGKILLed kube-apiserver: VMs stuck `Deleting` with their domains gone).
+const MACHINE_GONE_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What every reconcile of this controller shares.
 struct Shared {
@@ -72,9 +78,8 @@ struct Shared {
     assumed: Assumed,
     /// Wakes a VM's reconcile (from watches other than the controller's own).
     wake: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>,
-    /// The watch on IP address claims, started when a VM first names a pool (before that,
-    /// the IPAM contract's CRDs need not exist).
-    claims_watched: tokio::sync::OnceCell<()>,
+    /// The watch on the VMs' IP address claims.
+    claims: ipam::ClaimWatch,
 }
 
 impl Shared {
@@ -140,7 +145,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         caches_ready: CachesReady::default(),
         assumed: Assumed::default(),
         wake: tx,
-        claims_watched: tokio::sync::OnceCell::new(),
+        claims: ipam::ClaimWatch::default(),
     });
     controller
         .reconcile_on(rx)
@@ -202,25 +207,6 @@ fn acted_on_or_placed(vm: &VirtualMachine) -> Option<u64> {
 
 /// Every change to a `<Kind>Machine` (of any kind, as kinds appear) reconciles the VM that owns it.
 /// Only the owner is read here, so the watch asks for metadata only (the reconcile GETs the Machine).
-/// Every change to an IP address claim banlieue made (its IPAM provider answering)
-/// reconciles the VM it is for (the claim's `banlieue.io/vm` label).
-async fn watch_claims(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
-    let resource = ipam::claim_resource();
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
-        None => Api::all_with(ctx.client.clone(), &resource),
-    };
-    let mut events = crate::framework::reconciler::changes(api, ctx.options.installation.watch(Some(VM_LABEL))).boxed();
-    while let Some(claim) = events.next().await {
-        let Ok(claim) = claim else { continue };
-        if let (Some(vm), Some(ns)) = (claim.labels().get(VM_LABEL), claim.namespace())
-            && tx.unbounded_send(ObjectRef::new(vm).within(&ns)).is_err()
-        {
-            return;
-        }
-    }
-}
-
 async fn watch_machines(ctx: Arc<Context>, tx: futures::channel::mpsc::UnboundedSender<ObjectRef<VirtualMachine>>) {
     let mut kinds = infra_kinds::watch(ctx.client.clone(), ctx.scope()).boxed();
     while let Some(prefix) = kinds.next().await {
@@ -449,7 +435,7 @@ impl<'a> Reconcile<'a> {
             .get(&ObjectRef::new(&spec.image_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
         // Addresses are checked before the VM is placed: a bad one makes nothing.
-        network::check(self.vm, &class).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))?;
+        addressing::check(self.vm.spec.network.as_ref(), &class).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))?;
         if let Some((ip, other)) = network::conflict(self.vm, self.state.vms.state().iter().map(|v| &**v)) {
             // Retried: the address is this VM's once the other lets it go (nothing else wakes it).
             let message = format!("spec.network: {ip} is VirtualMachine {other:?}'s address already: give this VM another one");
@@ -481,7 +467,7 @@ impl<'a> Reconcile<'a> {
     /// addressing, once every pool has answered; until then the VM waits, placed nowhere
     /// (the claims' watch brings it back).
     async fn claim_addresses(&mut self) -> Result<BTreeMap<String, banlieue_api::common::StaticIp>, Blocked> {
-        let wanted = ipam::wanted(self.vm);
+        let wanted = ipam::wanted(&self.name, self.vm.spec.network.as_ref());
         let client = self.ctx.client.clone();
         let released: Vec<String> = self.status.ip_address_claims.iter().filter(|n| !wanted.iter().any(|w| &&w.name == n)).cloned().collect();
         for name in released {
@@ -499,39 +485,21 @@ impl<'a> Reconcile<'a> {
         let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
         let mut labels = BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
         self.ctx.options.installation.mark(&mut labels);
-        let labels: serde_json::Map<String, serde_json::Value> = labels.into_iter().map(|(k, v)| (k, v.into())).collect();
-        let (mut allocated, mut waiting) = (Vec::new(), Vec::new());
-        for w in &wanted {
-            match ipam::allocation(&client, &self.ns, &owner, &labels, w).await.map_err(api_error)? {
-                Ok(a) => allocated.push(a),
-                Err(why) => waiting.push(why),
-            }
-        }
-        if !waiting.is_empty() {
-            return Err(blocked(ADDRESSES_READY, Reason::WaitingForIPAddress, waiting.join("; ")));
-        }
-        network::addressing(self.vm, &allocated).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))
+        let allocated = ipam::claim(&client, &self.ns, &owner, &labels, &wanted)
+            .await
+            .map_err(api_error)?
+            .map_err(|why| blocked(ADDRESSES_READY, Reason::WaitingForIPAddress, why))?;
+        addressing::resolve(self.vm.spec.network.as_ref(), &allocated).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))
     }
 
-    /// Start the claims' watch once, when the IPAM contract's kinds are served.
+    /// Start the claims' watch once (each claim's change brings its VM back).
     async fn watch_claims(&self) -> Result<(), Blocked> {
-        let state = self.state;
-        state
-            .claims_watched
-            .get_or_try_init(|| async {
-                if !ipam::installed(&state.ctx.client, &self.ns).await.map_err(api_error)? {
-                    let message = format!(
-                        "spec.network names IP pools, but this cluster does not serve {}/{} IPAddressClaims: install Cluster API's IPAM CRDs and an IPAM provider for the pools",
-                        ipam::GROUP,
-                        ipam::VERSION
-                    );
-                    return Err(Blocked::on(ADDRESSES_READY, Failure::transient(Reason::IPAMNotInstalled, message)));
-                }
-                tokio::spawn(watch_claims(state.ctx.clone(), state.wake.clone()));
-                Ok(())
-            })
+        let wake = self.state.wake.clone();
+        self.state
+            .claims
+            .start(&self.state.ctx, &self.ns, VM_LABEL, move |vm, ns| wake.unbounded_send(ObjectRef::new(vm).within(ns)).is_ok())
             .await
-            .map(|_| ())
+            .map_err(|f| Blocked::on(ADDRESSES_READY, f))
     }
 
     /// Whether, sharded, the VM's placement puts it on another shard's Provider.
@@ -574,7 +542,7 @@ impl<'a> Reconcile<'a> {
             // deletion brings the VM back to make a new one (re-applying now would ask
             // for a finalizer on an object being deleted, which the API server refuses).
             self.mirror(&old, &target.reference);
-            return Ok(Current::Wait(Outcome::AwaitChange));
+            return Ok(Current::Wait(Outcome::Requeue(MACHINE_GONE_RECHECK)));
         }
         Ok(Current::Keep(Some(old)))
     }
@@ -710,8 +678,8 @@ impl<'a> Reconcile<'a> {
         self.status.disks.clear();
         self.status.interfaces.clear();
         self.status.phase = None;
-        // The old Machine's deletion event brings the VM back.
-        Ok(Outcome::AwaitChange)
+        // The old Machine's deletion event brings the VM back (or, missed, the recheck).
+        Ok(Outcome::Requeue(MACHINE_GONE_RECHECK))
     }
 
     /// The Machine's spec for `scheduled`. An existing machine keeps the image it was made from.
@@ -732,7 +700,7 @@ impl<'a> Reconcile<'a> {
             failure_domain: Some(scheduled.failure_domain.clone()),
             provider_ref: Some(banlieue_api::common::NameRef { name: scheduled.provider.clone() }),
             vm: ResolvedVm {
-                nics: network::addressed(resolved.nics.clone(), addressing),
+                nics: addressing::addressed(resolved.nics.clone(), addressing),
                 user_data: self.vm.spec.user_data.clone(),
                 user_data_format: self.vm.spec.user_data_format,
                 power_state: self.vm.spec.desired_power_state,
@@ -789,7 +757,7 @@ impl<'a> Reconcile<'a> {
         let nics: Vec<banlieue_api::infra::ResolvedNic> = serde_json::from_value(machine.data["spec"]["vm"]["nics"].clone()).unwrap_or_default();
         self.status.infrastructure_ref = Some(InfrastructureRef { uid: machine.uid(), ..target.clone() });
         self.status.initialization = st.initialization.clone();
-        let (addresses, reported) = network::merge(&network::machine_declared(&nics), &st.addresses);
+        let (addresses, reported) = network::merge(&addressing::static_ips(&nics), &st.addresses);
         self.status.addresses = addresses;
         match reported {
             Ok(()) => self.set(ADDRESSES_READY, true, Reason::AddressesReported, "the backend reports every address of the VM"),
@@ -846,7 +814,7 @@ impl<'a> Reconcile<'a> {
                     self.set(READY, false, Reason::Deleting, message.clone());
                     self.set(INFRASTRUCTURE_READY, false, Reason::Deleting, message);
                     self.write_status().await?;
-                    return Ok(Outcome::AwaitChange);
+                    return Ok(Outcome::Requeue(MACHINE_GONE_RECHECK));
                 }
                 None => {}
             }

@@ -1,60 +1,15 @@
-//! A VM's declared addressing (`spec.network`): checked against its class and its
-//! namespace before anything is made, merged into the Machine's NICs, and compared with
-//! what the backend reports (`AddressesReady`).
+//! A VM's addresses among its namespace's and against what its backend reports: two VMs
+//! never declare one static address (`AddressConflict`), and `AddressesReady` says when the
+//! backend reports every address the VM's Machine was given. (Checking and resolving the
+//! declaration is [`crate::addressing`]'s.)
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use banlieue_api::common::{AddressType, Cidr, MachineAddress, StaticIp};
-use banlieue_api::infra::ResolvedNic;
-use banlieue_api::{VMClass, VirtualMachine};
+use banlieue_api::common::{AddressType, Cidr, MachineAddress};
+use banlieue_api::VirtualMachine;
 use kube::ResourceExt;
 
-use super::ipam::Allocated;
 use crate::status::reasons::Reason;
-
-/// Check `vm`'s `spec.network` against its class: every entry names one of the class's
-/// NICs, once; addresses are CIDRs, the gateway an IP inside one of them, nameservers IPs
-/// (a NIC with pools may have no address of its own). The error names the field and what to do.
-pub fn check(vm: &VirtualMachine, class: &VMClass) -> Result<(), String> {
-    let Some(network) = &vm.spec.network else { return Ok(()) };
-    let nics: Vec<&str> = class.spec.nics.iter().map(|n| n.name.as_str()).collect();
-    for (i, iface) in network.interfaces.iter().enumerate() {
-        let field = format!("spec.network.interfaces[{i}]");
-        if !nics.contains(&iface.name.as_str()) {
-            return Err(format!(
-                "{field}.name: VMClass {:?} has no NIC {:?} (its NICs: {}): name one of them",
-                class.name_any(),
-                iface.name,
-                if nics.is_empty() { "none".to_string() } else { nics.join(", ") }
-            ));
-        }
-        if network.interfaces[..i].iter().any(|o| o.name == iface.name) {
-            return Err(format!("{field}.name: NIC {:?} is addressed twice: merge the entries", iface.name));
-        }
-        iface.ip.check_with_pools(&field, !iface.addresses_from_pools.is_empty())?;
-    }
-    Ok(())
-}
-
-/// Each addressed NIC's addressing: what the VM declares, with what its pools allocated
-/// (`allocated`) after the declared addresses, the first pool's gateway unless one is
-/// declared — checked whole (a declared gateway outside every allocated network is caught here).
-pub fn addressing(vm: &VirtualMachine, allocated: &[Allocated]) -> Result<BTreeMap<String, StaticIp>, String> {
-    let mut out = BTreeMap::new();
-    for (i, iface) in vm.spec.network.iter().flat_map(|n| n.interfaces.iter().enumerate()) {
-        let mut ip = iface.ip.clone();
-        for a in allocated.iter().filter(|a| a.nic == iface.name) {
-            ip.addresses.push(a.address.clone());
-            if ip.gateway.is_none() {
-                ip.gateway = a.gateway.clone();
-            }
-        }
-        ip.check(&format!("spec.network.interfaces[{i}]"))?;
-        out.insert(iface.name.clone(), ip);
-    }
-    Ok(out)
-}
 
 /// The static IPs `vm` declares.
 pub fn declared(vm: &VirtualMachine) -> Vec<IpAddr> {
@@ -95,21 +50,6 @@ fn invalid(vm: &VirtualMachine) -> bool {
     })
 }
 
-/// The class's NICs with the VM's addressing (see [`addressing`]; a NIC not named takes DHCP).
-pub fn addressed(mut nics: Vec<ResolvedNic>, addressing: &BTreeMap<String, StaticIp>) -> Vec<ResolvedNic> {
-    for nic in &mut nics {
-        if let Some(ip) = addressing.get(&nic.name) {
-            nic.ip = ip.clone();
-        }
-    }
-    nics
-}
-
-/// The static IPs of a Machine's NICs (declared or from pools).
-pub fn machine_declared(nics: &[ResolvedNic]) -> Vec<IpAddr> {
-    nics.iter().flat_map(|n| &n.ip.addresses).filter_map(|a| Cidr::parse(a)).map(|c| c.ip).collect()
-}
-
 /// The VM's addresses: what the backend reports, after the `declared` ones (the Machine's
 /// static IPs) it has not reported yet (a script can read them before the guest is up);
 /// and, when some are missing, which (for `AddressesReady=False`). Without declared
@@ -132,13 +72,8 @@ pub fn merge(declared: &[IpAddr], reported: &[MachineAddress]) -> (Vec<MachineAd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use banlieue_api::class::{NicSpec, VMClassSpec};
     use banlieue_api::common::StaticIp;
     use banlieue_api::vm::{InterfaceAddressing, VirtualMachineSpec, VmNetwork};
-
-    fn class(nics: &[&str]) -> VMClass {
-        VMClass::new("small", VMClassSpec { nics: nics.iter().map(|n| NicSpec { name: n.to_string(), network_class: "lan".into() }).collect(), ..Default::default() })
-    }
 
     fn vm(name: &str, ifaces: Vec<(&str, StaticIp)>) -> VirtualMachine {
         let mut vm = VirtualMachine::new(name, VirtualMachineSpec::default());
@@ -149,23 +84,6 @@ mod tests {
 
     fn ip(addresses: &[&str], gateway: Option<&str>) -> StaticIp {
         StaticIp { addresses: addresses.iter().map(|a| a.to_string()).collect(), gateway: gateway.map(str::to_string), ..Default::default() }
-    }
-
-    #[test]
-    fn each_mistake_names_its_field() {
-        let c = class(&["eth0", "eth1"]);
-        assert_eq!(check(&vm("a", vec![("eth0", ip(&["10.0.0.5/24"], Some("10.0.0.1")))]), &c), Ok(()));
-        let cases = [
-            (vm("a", vec![("eth9", ip(&["10.0.0.5/24"], None))]), "spec.network.interfaces[0].name: VMClass \"small\" has no NIC \"eth9\" (its NICs: eth0, eth1)"),
-            (vm("a", vec![("eth0", ip(&["10.0.0.5"], None))]), "spec.network.interfaces[0].addresses[0]: \"10.0.0.5\" is not an address with its prefix length"),
-            (vm("a", vec![("eth0", ip(&["10.0.0.5/24"], Some("10.0.1.1")))]), "spec.network.interfaces[0].gateway: 10.0.1.1 is outside the interface's networks (10.0.0.5/24)"),
-            (vm("a", vec![("eth0", ip(&["10.0.0.5/24"], None)), ("eth0", ip(&["10.0.0.6/24"], None))]), "spec.network.interfaces[1].name: NIC \"eth0\" is addressed twice"),
-            (vm("a", vec![("eth1", ip(&[], Some("10.0.0.1")))]), "spec.network.interfaces[0].addresses: name at least one address"),
-        ];
-        for (v, want) in cases {
-            let got = check(&v, &c).unwrap_err();
-            assert!(got.starts_with(want), "{got}\n  does not start with\n{want}");
-        }
     }
 
     #[test]
@@ -205,31 +123,5 @@ mod tests {
         assert_eq!(ready, Ok(()));
         assert_eq!(merge(&[], &[]).1, Err("the backend reports no address yet".into()));
         assert_eq!(merge(&[], &[other]).1, Ok(()));
-    }
-
-    #[test]
-    fn pool_addresses_join_the_declared_ones_and_are_checked_whole() {
-        let pooled = |ip: StaticIp| {
-            let mut v = vm("a", vec![("eth0", ip)]);
-            v.spec.network.as_mut().unwrap().interfaces[0].addresses_from_pools =
-                vec![banlieue_api::vm::PoolRef { api_group: "ipam.cluster.x-k8s.io".into(), kind: "InClusterIPPool".into(), name: "lan".into() }];
-            v
-        };
-        let c = class(&["eth0"]);
-        let only_pool = pooled(StaticIp { nameservers: vec!["10.9.0.2".into()], ..Default::default() });
-        assert_eq!(check(&only_pool, &c), Ok(()), "a NIC with a pool needs no address of its own");
-        let given = [Allocated { nic: "eth0".into(), address: "10.9.0.7/24".into(), gateway: Some("10.9.0.1".into()) }];
-        let got = addressing(&only_pool, &given).unwrap();
-        assert_eq!(got["eth0"], StaticIp { addresses: vec!["10.9.0.7/24".into()], gateway: Some("10.9.0.1".into()), nameservers: vec!["10.9.0.2".into()], ..Default::default() });
-        let both = pooled(ip(&["192.168.5.5/24"], Some("192.168.5.1")));
-        assert_eq!(addressing(&both, &given).unwrap()["eth0"].addresses, ["192.168.5.5/24", "10.9.0.7/24"]);
-        assert_eq!(addressing(&both, &given).unwrap()["eth0"].gateway.as_deref(), Some("192.168.5.1"), "a declared gateway wins");
-        let stray = pooled(ip(&[], Some("172.16.0.1")));
-        assert_eq!(check(&stray, &c), Ok(()), "the gateway is checked once the pool has answered");
-        assert!(addressing(&stray, &given).unwrap_err().starts_with("spec.network.interfaces[0].gateway: 172.16.0.1 is outside"));
-        let nics = vec![ResolvedNic { name: "eth0".into(), ..Default::default() }, ResolvedNic { name: "eth1".into(), ..Default::default() }];
-        let nics = addressed(nics, &got);
-        assert_eq!(machine_declared(&nics), ["10.9.0.7".parse::<IpAddr>().unwrap()]);
-        assert!(nics[1].ip.is_empty(), "a NIC not named takes DHCP");
     }
 }

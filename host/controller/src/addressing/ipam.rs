@@ -1,18 +1,25 @@
 //! Addresses from IP pools (`spec.network.interfaces[].addressesFromPools`), through
 //! Cluster API's IPAM contract (`ipam.cluster.x-k8s.io/v1beta1`): per NIC and pool, an
-//! `IPAddressClaim` named `<vm>-<nic>-<index>` (owned by the VM, labelled with it); the IPAM
+//! `IPAddressClaim` named `<owner>-<nic>-<index>` (owned by the VM or Machine, labelled with
+//! it); the IPAM
 //! provider answers with an `IPAddress` (`spec.address`, `prefix`, `gateway`) and names it
 //! in the claim's `status.addressRef`. banlieue never allocates: any IPAM provider of the
 //! contract (in-cluster pools, Infoblox, NetBox, …) serves the pools.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use banlieue_api::vm::PoolRef;
-use banlieue_api::VirtualMachine;
+use banlieue_api::vm::{PoolRef, VmNetwork};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PartialObjectMeta, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
+
+use crate::failure::{api_failure, Failure};
+use crate::status::reasons::Reason;
+use crate::Context;
 
 pub const GROUP: &str = "ipam.cluster.x-k8s.io";
 pub const VERSION: &str = "v1beta1";
@@ -44,17 +51,14 @@ pub struct Allocated {
     pub gateway: Option<String>,
 }
 
-/// The claims `vm`'s spec asks for, in order.
-pub fn wanted(vm: &VirtualMachine) -> Vec<Wanted> {
-    let vm_name = vm.name_any();
-    vm.spec
-        .network
+/// The claims `owner`'s `spec.network` asks for, in order (`owner`: the VM or Machine name).
+pub fn wanted(owner: &str, network: Option<&VmNetwork>) -> Vec<Wanted> {
+    network
         .iter()
         .flat_map(|n| n.interfaces.iter().enumerate())
         .flat_map(|(i, iface)| {
-            let vm_name = vm_name.clone();
             iface.addresses_from_pools.iter().enumerate().map(move |(j, pool)| Wanted {
-                name: claim_name(&vm_name, &iface.name, j),
+                name: claim_name(owner, &iface.name, j),
                 nic: iface.name.clone(),
                 pool: pool.clone(),
                 field: format!("spec.network.interfaces[{i}].addressesFromPools[{j}]"),
@@ -69,8 +73,65 @@ fn claim_name(vm: &str, nic: &str, index: usize) -> String {
     format!("{vm}-{nic}-{index}")
 }
 
+/// The watch on the claims a controller makes, started when it first makes one (before
+/// that, the IPAM contract's CRDs need not exist).
+#[derive(Default)]
+pub struct ClaimWatch(tokio::sync::OnceCell<()>);
+
+impl ClaimWatch {
+    /// Start, once, the watch of the installation's claims labelled `label`, calling
+    /// `wake(label value, namespace)` on every change (an IPAM provider answering) until it
+    /// returns false. `IPAMNotInstalled` (retried) while the cluster does not serve the claims.
+    pub async fn start<F>(&self, ctx: &Arc<Context>, ns: &str, label: &'static str, wake: F) -> Result<(), Failure>
+    where
+        F: Fn(&str, &str) -> bool + Send + Sync + 'static,
+    {
+        self.0
+            .get_or_try_init(|| async {
+                if !installed(&ctx.client, ns).await.map_err(|e| api_failure(&e))? {
+                    let message = format!(
+                        "spec.network names IP pools, but this cluster does not serve {GROUP}/{VERSION} IPAddressClaims: install Cluster API's IPAM CRDs and an IPAM provider for the pools"
+                    );
+                    return Err(Failure::transient(Reason::IPAMNotInstalled, message));
+                }
+                let api: Api<PartialObjectMeta<DynamicObject>> = match &ctx.options.namespace {
+                    Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &claim_resource()),
+                    None => Api::all_with(ctx.client.clone(), &claim_resource()),
+                };
+                let mut events = crate::framework::reconciler::changes(api, ctx.options.installation.watch(Some(label))).boxed();
+                tokio::spawn(async move {
+                    while let Some(claim) = events.next().await {
+                        let Ok(claim) = claim else { continue };
+                        if let (Some(owner), Some(ns)) = (claim.labels().get(label), claim.namespace())
+                            && !wake(owner, &ns)
+                        {
+                            return;
+                        }
+                    }
+                });
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+}
+
+/// The addresses `wanted`'s claims hold (made when missing, owned by `owner`, labelled
+/// `labels`), or why some are not there yet (every reason, joined).
+pub async fn claim(client: &kube::Client, ns: &str, owner: &OwnerReference, labels: &BTreeMap<String, String>, wanted: &[Wanted]) -> Result<Result<Vec<Allocated>, String>, kube::Error> {
+    let labels: serde_json::Map<String, Value> = labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    let (mut allocated, mut waiting) = (Vec::new(), Vec::new());
+    for w in wanted {
+        match allocation(client, ns, owner, &labels, w).await? {
+            Ok(a) => allocated.push(a),
+            Err(why) => waiting.push(why),
+        }
+    }
+    Ok(if waiting.is_empty() { Ok(allocated) } else { Err(waiting.join("; ")) })
+}
+
 /// Whether the IPAM contract's kinds are served (a LIST of at most one claim).
-pub async fn installed(client: &kube::Client, ns: &str) -> Result<bool, kube::Error> {
+async fn installed(client: &kube::Client, ns: &str) -> Result<bool, kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &claim_resource());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Ok(_) => Ok(true),
@@ -82,7 +143,7 @@ pub async fn installed(client: &kube::Client, ns: &str) -> Result<bool, kube::Er
 /// The address `w`'s claim holds, or why there is none yet (`Err(message)`). Makes the
 /// claim when it is missing, and deletes one that names another pool (the same NIC and
 /// index asked for a new pool): its deletion brings the VM back to claim again.
-pub async fn allocation(client: &kube::Client, ns: &str, owner: &OwnerReference, labels: &serde_json::Map<String, Value>, w: &Wanted) -> Result<Result<Allocated, String>, kube::Error> {
+async fn allocation(client: &kube::Client, ns: &str, owner: &OwnerReference, labels: &serde_json::Map<String, Value>, w: &Wanted) -> Result<Result<Allocated, String>, kube::Error> {
     let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &claim_resource());
     let waiting = |why: String| Ok(Err(format!("{} (pool {}): {why}", w.field, w.pool)));
     let Some(claim) = claims.get_opt(&w.name).await? else {
@@ -167,7 +228,7 @@ fn not_found(e: kube::Error) -> Result<(), kube::Error> {
 mod tests {
     use super::*;
     use banlieue_api::common::StaticIp;
-    use banlieue_api::vm::{InterfaceAddressing, VirtualMachineSpec, VmNetwork};
+    use banlieue_api::vm::InterfaceAddressing;
 
     fn pool(name: &str) -> PoolRef {
         PoolRef { api_group: GROUP.into(), kind: "InClusterIPPool".into(), name: name.into() }
@@ -175,10 +236,9 @@ mod tests {
 
     #[test]
     fn one_claim_per_nic_and_pool_named_after_both() {
-        let mut vm = VirtualMachine::new("db", VirtualMachineSpec::default());
         let iface = |name: &str, pools: Vec<PoolRef>| InterfaceAddressing { name: name.into(), ip: StaticIp::default(), addresses_from_pools: pools };
-        vm.spec.network = Some(VmNetwork { interfaces: vec![iface("eth0", vec![pool("v4"), pool("v6")]), iface("Net_1", vec![pool("lan")])] });
-        let names: Vec<(String, String)> = wanted(&vm).into_iter().map(|w| (w.name, w.field)).collect();
+        let network = VmNetwork { interfaces: vec![iface("eth0", vec![pool("v4"), pool("v6")]), iface("Net_1", vec![pool("lan")])] };
+        let names: Vec<(String, String)> = wanted("db", Some(&network)).into_iter().map(|w| (w.name, w.field)).collect();
         assert_eq!(
             names,
             [
