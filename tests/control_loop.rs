@@ -489,6 +489,9 @@ async fn addresses_from_ip_pools_are_claimed_delivered_and_released() -> anyhow:
     assert_eq!(claim.owner_references()[0].uid, v.uid().unwrap(), "the claim is the VM's (garbage-collected with it)");
     assert_eq!(v.status.as_ref().unwrap().ip_address_claims, ["web-eth0-0"]);
     assert!(v.status.as_ref().unwrap().scheduled.is_none(), "not placed before its address");
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let waits: Vec<String> = events.list(&ListParams::default()).await?.items.into_iter().filter(|e| e.reason.as_deref() == Some("WaitingForIPAddress")).filter_map(|e| e.type_).collect();
+    assert_eq!(waits, ["Normal"], "waiting for an IPAM provider is told once, as the normal course");
     assert!(machines(&env).get_opt("web").await?.is_none());
 
     // The IPAM provider answers: the address reaches the Machine and the domain.

@@ -159,7 +159,8 @@ async fn allocation(client: &kube::Client, ns: &str, owner: &OwnerReference, lab
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e),
         }
-        return waiting(format!("IPAddressClaim {:?} made; waiting for the pool's IPAM provider to allocate an address", w.name));
+        // The words of every look until the provider answers: one event, not one per look.
+        return waiting(format!("waiting for the pool's IPAM provider to allocate IPAddressClaim {:?}", w.name));
     };
     if claim.metadata.deletion_timestamp.is_some() {
         return waiting(format!("IPAddressClaim {:?} is being deleted; another is made once it is gone", w.name));

@@ -393,7 +393,9 @@ impl<'a> Reconcile<'a> {
         self.set(READY, false, failure.reason, failure.message.clone());
         let outcome = Outcome::after(&failure);
         if news {
-            self.event(true, failure.reason, "Reconcile", failure.message).await;
+            // Waiting for an IPAM provider is the normal course of a VM with pools, not a fault.
+            let warning = failure.reason != Reason::WaitingForIPAddress;
+            self.event(warning, failure.reason, "Reconcile", failure.message).await;
         }
         outcome
     }
