@@ -188,6 +188,71 @@ async fn a_rolling_update_replaces_every_member_within_max_unavailable() -> anyh
     Ok(())
 }
 
+/// A class grown under a pool's members (their `updatePolicy` the default
+/// `OnNextPowerCycle`): the pool restarts them one at a time (maxUnavailable 1), watched, not
+/// sampled; each member applies the change in that restart — libvirt's definition of every
+/// domain shows the new vCPUs — and keeps its Machine.
+#[tokio::test]
+async fn a_class_change_is_applied_to_the_members_one_restart_at_a_time() -> anyhow::Result<()> {
+    let env = TestEnv::start("pool-grow").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    let host_b = fixtures(&env).await?;
+    let class = |cpus: u32| {
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": format!("{}-grow", env.ns)},
+               "spec": {"cpus": cpus, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
+                        "nics": [{"name": "eth0", "networkClass": "default"}]}})
+    };
+    env.apply(class(1)).await?;
+    let mut spec = pool(&env, "web", 3, json!({"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}));
+    spec["spec"]["template"]["spec"]["classRef"]["name"] = json!(format!("{}-grow", env.ns));
+    env.apply(spec).await?;
+    settled(&env, "web", 3).await?;
+    let machine_uids = |vms: &[VirtualMachine]| -> BTreeMap<String, String> {
+        vms.iter().map(|vm| (vm.name_any(), vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default())).collect()
+    };
+    let before = machine_uids(&members(&env, "web").await?);
+
+    // Watch every member from now on, then grow the class.
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let list = vms.list(&ListParams::default().labels(&format!("{POOL_LABEL}=web"))).await?;
+    let rv = list.metadata.resource_version.unwrap_or_default();
+    let mut stream = vms.watch(&WatchParams::default().labels(&format!("{POOL_LABEL}=web")), &rv).await?.boxed();
+    env.apply(class(2)).await?;
+    // Per member: restarting (asked, not done), and applied.
+    let mut state: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let mut worst = 0;
+    within(120, async {
+        while let Some(event) = stream.next().await {
+            let (WatchEvent::Added(vm) | WatchEvent::Modified(vm)) = event? else { continue };
+            let st = vm.status.clone().unwrap_or_default();
+            let restarting = vm.spec.restart_requested_at.is_some() && vm.spec.restart_requested_at != st.last_restart_requested_at;
+            let applied = st.conditions.iter().any(|c| c.type_ == "ConfigurationApplied" && c.status == "True") && st.last_restart_requested_at.is_some();
+            state.insert(vm.name_any(), (restarting, applied));
+            worst = worst.max(state.values().filter(|(r, _)| *r).count());
+            if state.len() == 3 && state.values().all(|(r, a)| !*r && *a) {
+                return anyhow::Ok(());
+            }
+        }
+        anyhow::bail!("the watch ended")
+    })
+    .await??;
+    assert_eq!(worst, 1, "members restarted one at a time (maxUnavailable 1)");
+    let after = members(&env, "web").await?;
+    assert_eq!(machine_uids(&after), before, "every member kept its Machine");
+    for vm in &after {
+        let uri = match vm.status.as_ref().and_then(|s| s.scheduled.as_ref()).map(|s| s.provider.as_str()) {
+            Some("a") => HOST_A.to_string(),
+            _ => host_b.clone(),
+        };
+        // The control plane's own connection: a test host of a file is one per connection.
+        let libvirt = cp.ctx.libvirt.get(&uri).await?;
+        let xml = libvirt.domain_xml(&format!("{}_{}", env.ns, vm.name_any())).await?;
+        assert!(xml.contains(">2</vcpu>"), "{} on {uri}: {xml}", vm.name_any());
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_deleted_member_is_replaced_and_deleting_the_pool_leaves_nothing_behind() -> anyhow::Result<()> {
     let env = TestEnv::start("pool-heal").await?;

@@ -54,7 +54,10 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     // `Restart`, else in the power cycle a restart asks for.
     let changes = observed.hardware.as_ref().map(|hw| hardware::changes(&spec.vm, &hardware::reported(&spec.vm, hw))).unwrap_or_default();
     let is_off = observed.power_state == wit::PowerState::PoweredOff;
-    let cycle = spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::Restart || (restart && spec.vm.power_state == PowerState::PoweredOn);
+    // A change this spec already asked for and the backend did not take (a disk a driver does
+    // not add in place) is not worth another power cycle of a running machine.
+    let cycle = (spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::Restart && !tried(st, m.metadata.generation))
+        || (restart && spec.vm.power_state == PowerState::PoweredOn);
     if !changes.apply.is_empty() && changes.refused.is_empty() && (is_off || cycle) {
         let machine = wit_machine(ctx, m, spec).await?;
         let _op = operation(b)?;
@@ -65,6 +68,13 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
         observed = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
         let how = if is_off { "while off" } else { "in a power cycle" };
         ctx.event(&m.object_ref(resource), false, Reason::Reconfigured, "Reconfigure", format!("applied {how}: {}", changes.apply.join(", "))).await;
+        // What the backend still lacks after it was asked is not asked for again (no power
+        // cycle after power cycle) until the spec changes.
+        let left = observed.hardware.as_ref().map(|hw| hardware::changes(&spec.vm, &hardware::reported(&spec.vm, hw))).unwrap_or_default();
+        if !left.apply.is_empty() {
+            let message = format!("the backend still differs: {} (its driver does not apply this in place)", left.apply.join(", "));
+            conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, false, Reason::NotAppliedInPlace, message, m.metadata.generation);
+        }
         if restart {
             // That power cycle was the restart asked for.
             st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
@@ -85,6 +95,12 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
         st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
     }
     Ok(observed)
+}
+
+/// Whether the backend was already asked to apply this spec's hardware (`generation`) and did
+/// not: `ConfigurationApplied=False/NotAppliedInPlace` for it.
+fn tried(st: &InfraMachineStatus, generation: Option<i64>) -> bool {
+    conditions::get(&st.conditions, CONFIGURATION_APPLIED).is_some_and(|c| c.reason == Reason::NotAppliedInPlace.as_str() && c.observed_generation == generation)
 }
 
 /// The machine's status from what the driver observed: addresses, power, phase, the
@@ -115,7 +131,7 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
             (true, Reason::Applied, "the backend holds the CPUs, memory and disks the spec asks for".to_string())
         } else if !changes.refused.is_empty() {
             (false, Reason::DiskShrinkRefused, format!("{}: nothing was changed; give the class the disk's size or more", changes.refused.join("; ")))
-        } else if on && spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::OnNextPowerCycle {
+        } else if !tried(st, generation) && on && spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::OnNextPowerCycle {
             (false, Reason::PendingRestart, format!("{} at the next power cycle (updatePolicy OnNextPowerCycle): restart the VM, or power it off", changes.apply.join(", ")))
         } else {
             (false, Reason::NotAppliedInPlace, format!("the backend still differs: {} (its driver does not apply this in place)", changes.apply.join(", ")))
@@ -178,5 +194,34 @@ mod tests {
         apply_observed(&mut st, &spec(PowerState::PoweredOn), &observed(false, wit::PowerState::PoweredOff, wit::MachinePhase::Cloning), Some(3));
         assert_eq!(condition(&st, READY), ("False", "Cloning"));
         assert_eq!(condition(&st, PROVISIONED), ("False", "Provisioning"));
+    }
+
+    #[test]
+    fn configuration_applied_says_what_the_backend_holds_against_the_spec() {
+        let mut spec: InfraMachineSpec = serde_json::from_value(serde_json::json!({"vm": {"powerState": "PoweredOn", "cpus": 2, "memoryMiB": 512,
+            "disks": [{"name": "root", "sizeGiB": 4, "target": "p"}]}})).expect("spec");
+        let mut seen = observed(true, wit::PowerState::PoweredOn, wit::MachinePhase::Running);
+        let hardware = |cpus: u32, disk: u64| wit::Hardware { cpus, memory_mib: 512, disks: vec![wit::DiskStatus { name: "root".into(), size_gib: disk, id: "/p/root".into() }], nics: vec![] };
+        let mut st = InfraMachineStatus::default();
+        seen.hardware = Some(hardware(2, 4));
+        apply_observed(&mut st, &spec, &seen, Some(1));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("True", "Applied"));
+        assert_eq!(st.hardware.as_ref().map(|h| (h.cpus, h.disks[0].name.as_str(), h.disks[0].size_gib)), Some((2, "root", 4)));
+
+        seen.hardware = Some(hardware(1, 4));
+        apply_observed(&mut st, &spec, &seen, Some(2));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("False", "PendingRestart"), "running, OnNextPowerCycle");
+        spec.vm.update_policy = Some(UpdatePolicy::Restart);
+        apply_observed(&mut st, &spec, &seen, Some(2));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("False", "NotAppliedInPlace"), "Restart would have applied it: the backend did not");
+        spec.vm.update_policy = None;
+        apply_observed(&mut st, &spec, &seen, Some(2));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("False", "NotAppliedInPlace"), "tried for this generation: no restart is asked for again");
+        apply_observed(&mut st, &spec, &seen, Some(3));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("False", "PendingRestart"), "a new spec is worth a try");
+
+        seen.hardware = Some(hardware(2, 8));
+        apply_observed(&mut st, &spec, &seen, Some(3));
+        assert_eq!(condition(&st, CONFIGURATION_APPLIED), ("False", "DiskShrinkRefused"));
     }
 }

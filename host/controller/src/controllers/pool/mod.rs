@@ -10,7 +10,9 @@
 //!    (and so replaced), at most `maxReplacements` times per revision;
 //! 4. while members of an older revision exist (strategy RollingUpdate), one step of
 //!    [`plan::roll`] runs; otherwise the pool scales to `replicas`, in by
-//!    [`plan::scale_in`]'s order (never a member annotated `banlieue.io/protected`);
+//!    [`plan::scale_in`]'s order (never a member annotated `banlieue.io/protected`), and
+//!    members waiting to apply a change of their class are restarted a few at a time
+//!    ([`plan::cycle`]);
 //! 5. status: counts, the selector for the scale subresource, `Ready`, `Progressing`
 //!    and `ReplicaFailure` (a member's placement failing for a reason the template
 //!    causes stops the pool from making more).
@@ -37,7 +39,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
-use crate::status::conditions::{self, READY, SCHEDULED};
+use crate::status::conditions::{self, CONFIGURATION_APPLIED, READY, SCHEDULED};
 use crate::status::reasons::Reason;
 use crate::{status, Context, Error, FIELD_MANAGER};
 
@@ -116,6 +118,10 @@ struct Changes {
     created: Vec<String>,
     deleted: Vec<(String, &'static str)>,
     failure: Option<(Reason, String)>,
+    /// Members waiting for a power cycle to apply a change of their class, and of those the
+    /// ones restarting for it.
+    pending: usize,
+    cycling: usize,
 }
 
 async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Outcome, Error> {
@@ -184,12 +190,13 @@ async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Out
             }
         }
         let members: Vec<plan::Member> = members.iter().filter(|m| !healed.contains(&m.name)).cloned().collect();
-        let rolling = pool.spec.update_strategy.type_ == UpdateStrategyType::RollingUpdate && members.iter().any(|m| m.revision != revision);
+        let rolling_updates = pool.spec.update_strategy.type_ == UpdateStrategyType::RollingUpdate;
+        let rolling = rolling_updates && members.iter().any(|m| m.revision != revision);
+        let bounds = pool.spec.update_strategy.rolling_update.clone().unwrap_or_default();
+        let quarter = IntOrString::String("25%".into());
+        let unavailable = plan::resolve(bounds.max_unavailable.as_ref().unwrap_or(&quarter), replicas, false).unwrap_or(0);
         let (create, delete) = if rolling {
-            let bounds = pool.spec.update_strategy.rolling_update.clone().unwrap_or_default();
-            let quarter = IntOrString::String("25%".into());
             let surge = plan::resolve(bounds.max_surge.as_ref().unwrap_or(&quarter), replicas, true).unwrap_or(1);
-            let unavailable = plan::resolve(bounds.max_unavailable.as_ref().unwrap_or(&quarter), replicas, false).unwrap_or(0);
             let step = plan::roll(&members, replicas, &revision, surge, unavailable);
             (step.create, step.delete.into_iter().map(|n| (n, "rolling update")).collect::<Vec<_>>())
         } else if members.len() < replicas {
@@ -206,6 +213,20 @@ async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Out
                     r?;
                 }
             }
+        }
+        // A change of the members' class (more CPUs, memory, disk) waits in each member for
+        // its next power cycle: the pool gives them that cycle a few at a time, within the
+        // rolling update's maxUnavailable (at least one), once no template change is rolling.
+        if rolling_updates && !rolling {
+            let pending: BTreeSet<String> = live.iter().filter(|vm| pending_restart(vm)).map(|vm| vm.name_any()).collect();
+            let mut cycling: BTreeSet<String> = live.iter().filter(|vm| restart_asked(vm)).map(|vm| vm.name_any()).collect();
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            for member in plan::cycle(&members, &pending, &cycling, unavailable) {
+                api.patch(&member, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"restartRequestedAt": now}}))).await?;
+                ctx.event(&pool.object_ref(&()), false, Reason::Reconfigured, "Update", format!("restarting {member} to apply its class's change")).await;
+                cycling.insert(member);
+            }
+            (changes.pending, changes.cycling) = (pending.len(), cycling.len());
         }
         // A template that cannot work makes nothing more.
         if changes.failure.is_none() {
@@ -225,7 +246,7 @@ async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Out
         ctx.event(&pool.object_ref(&()), false, Reason::ScaledOut, "Scale", format!("created {}", changes.created.join(", "))).await;
     }
     report(&mut status, pool, &live, &revision, &changes, replicas);
-    if !conditions::is_true(&status.conditions, READY) || status.updated_replicas != status.replicas {
+    if !conditions::is_true(&status.conditions, READY) || status.updated_replicas != status.replicas || changes.pending + changes.cycling > 0 {
         next = sooner(next, Outcome::Requeue(SETTLING));
     }
     write_status(ctx, pool, status).await?;
@@ -261,6 +282,8 @@ fn report(status: &mut VirtualMachinePoolStatus, pool: &VirtualMachinePool, live
         (false, Reason::Paused, "spec.paused is set: members are left as they are".to_string())
     } else if status.updated_replicas < status.replicas {
         (true, Reason::Updating, format!("{} of {} members on revision {revision}", status.updated_replicas, status.replicas))
+    } else if changes.pending > 0 || changes.cycling > 0 {
+        (true, Reason::Updating, format!("{} member(s) to restart to apply a change of their class, {} restarting", changes.pending, changes.cycling))
     } else if status.replicas != want || !changes.created.is_empty() || !changes.deleted.is_empty() {
         (true, Reason::Scaling, format!("{} members, {want} wanted", status.replicas))
     } else {
@@ -285,6 +308,16 @@ pub fn member(vm: &VirtualMachine) -> plan::Member {
         created: vm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or_default(),
         protected: vm.annotations().get(PROTECTED_ANNOTATION).is_some_and(|v| v == "true"),
     }
+}
+
+/// A member whose class changed and which waits for its next power cycle to apply it.
+fn pending_restart(vm: &VirtualMachine) -> bool {
+    vm.status.as_ref().and_then(|s| conditions::get(&s.conditions, CONFIGURATION_APPLIED)).is_some_and(|c| c.status == "False" && c.reason == Reason::PendingRestart.as_str())
+}
+
+/// A member asked to restart that has not yet.
+fn restart_asked(vm: &VirtualMachine) -> bool {
+    vm.spec.restart_requested_at.is_some() && vm.spec.restart_requested_at != vm.status.as_ref().and_then(|s| s.last_restart_requested_at.clone())
 }
 
 fn is_ready(vm: &VirtualMachine) -> bool {

@@ -2,7 +2,7 @@
 //! members go when scaling in, and how far a rolling update may go in one step.
 //! The reconciler (`pool`) only carries the decisions out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One member as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +44,17 @@ pub fn scale_in(members: &[Member], keep: usize) -> Vec<String> {
         chosen.push(left.remove(i).name.clone());
     }
     chosen
+}
+
+/// Members to restart now so each applies a change of its class waiting for its next power
+/// cycle (`pending`): Ready ones, oldest first, as long as those restarting already
+/// (`cycling`) and those not Ready stay within `max_unavailable` (at least one at a time).
+pub fn cycle(members: &[Member], pending: &BTreeSet<String>, cycling: &BTreeSet<String>, max_unavailable: usize) -> Vec<String> {
+    let busy = members.iter().filter(|m| cycling.contains(&m.name) || !m.ready).count();
+    let room = max_unavailable.max(1).saturating_sub(busy);
+    let mut next: Vec<&Member> = members.iter().filter(|m| m.ready && pending.contains(&m.name) && !cycling.contains(&m.name)).collect();
+    next.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+    next.into_iter().take(room).map(|m| m.name.clone()).collect()
 }
 
 /// One step of a rolling update towards `revision` with `replicas` members: how many
@@ -174,5 +185,20 @@ mod tests {
         assert_eq!(resolve(&IntOrString::Int(2), 10, false), Some(2));
         assert_eq!(resolve(&IntOrString::String("lots".into()), 10, false), None);
         assert_eq!(resolve(&IntOrString::Int(-1), 10, false), None);
+    }
+
+    #[test]
+    fn class_changes_are_cycled_oldest_first_within_max_unavailable() {
+        let m = |name: &str, ready: bool, created: i64| Member { name: name.into(), revision: "r".into(), ready, failure_domain: None, created, protected: false };
+        let members = [m("p-0", true, 1), m("p-1", true, 2), m("p-2", true, 3)];
+        let all: BTreeSet<String> = ["p-0", "p-1", "p-2"].iter().map(|s| s.to_string()).collect();
+        let none = BTreeSet::new();
+        assert_eq!(cycle(&members, &all, &none, 0), ["p-0"], "one at a time when no member may be unavailable");
+        assert_eq!(cycle(&members, &all, &none, 2), ["p-0", "p-1"]);
+        let busy: BTreeSet<String> = ["p-0".to_string()].into();
+        assert_eq!(cycle(&members, &all, &busy, 1), Vec::<String>::new(), "p-0 is restarting: wait for it");
+        let not_ready = [m("p-0", false, 1), m("p-1", true, 2), m("p-2", true, 3)];
+        assert_eq!(cycle(&not_ready, &all, &none, 1), Vec::<String>::new(), "a member not Ready takes the room");
+        assert_eq!(cycle(&members, &none, &none, 3), Vec::<String>::new(), "nothing pending, nothing restarted");
     }
 }
