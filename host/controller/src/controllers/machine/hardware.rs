@@ -50,6 +50,17 @@ impl Changes {
     pub fn none(&self) -> bool {
         self.apply.is_empty() && self.refused.is_empty()
     }
+
+    /// `NotAppliedInPlace`'s message: what the backend still lacks after it was asked.
+    pub fn not_applied(&self) -> String {
+        format!("the backend still differs: {} (its driver does not apply this in place)", self.apply.join(", "))
+    }
+}
+
+/// How the hardware a driver reported (`observed`) differs from `want`; nothing when the
+/// driver reports none.
+pub(super) fn pending(want: &ResolvedVm, observed: Option<&wit::Hardware>) -> Changes {
+    observed.map(|hw| changes(want, &reported(want, hw))).unwrap_or_default()
 }
 
 /// What differs between `want` (the machine's spec) and `have` (the backend). Disks are

@@ -52,7 +52,7 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     // A change of hardware (a grown class) is applied by the driver's `create` while the
     // machine is off: at once when it is off, after a power-off when the update policy says
     // `Restart`, else in the power cycle a restart asks for.
-    let changes = observed.hardware.as_ref().map(|hw| hardware::changes(&spec.vm, &hardware::reported(&spec.vm, hw))).unwrap_or_default();
+    let changes = hardware::pending(&spec.vm, observed.hardware.as_ref());
     let is_off = observed.power_state == wit::PowerState::PoweredOff;
     // A change this spec already asked for and the backend did not take (a disk a driver does
     // not add in place) is not worth another power cycle of a running machine.
@@ -70,10 +70,9 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
         ctx.event(&m.object_ref(resource), false, Reason::Reconfigured, "Reconfigure", format!("applied {how}: {}", changes.apply.join(", "))).await;
         // What the backend still lacks after it was asked is not asked for again (no power
         // cycle after power cycle) until the spec changes.
-        let left = observed.hardware.as_ref().map(|hw| hardware::changes(&spec.vm, &hardware::reported(&spec.vm, hw))).unwrap_or_default();
+        let left = hardware::pending(&spec.vm, observed.hardware.as_ref());
         if !left.apply.is_empty() {
-            let message = format!("the backend still differs: {} (its driver does not apply this in place)", left.apply.join(", "));
-            conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, false, Reason::NotAppliedInPlace, message, m.metadata.generation);
+            conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, false, Reason::NotAppliedInPlace, left.not_applied(), m.metadata.generation);
         }
         if restart {
             // That power cycle was the restart asked for.
@@ -134,7 +133,7 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
         } else if !tried(st, generation) && on && spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::OnNextPowerCycle {
             (false, Reason::PendingRestart, format!("{} at the next power cycle (updatePolicy OnNextPowerCycle): restart the VM, or power it off", changes.apply.join(", ")))
         } else {
-            (false, Reason::NotAppliedInPlace, format!("the backend still differs: {} (its driver does not apply this in place)", changes.apply.join(", ")))
+            (false, Reason::NotAppliedInPlace, changes.not_applied())
         };
         conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, applied, reason, message, generation);
         st.hardware = Some(have);
