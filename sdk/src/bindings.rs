@@ -6,7 +6,7 @@
 //! only imports the capabilities it calls; unused ones are dropped when the
 //! component is linked.
 
-/// `banlieue:host@0.1.4`: the capability imports.
+/// `banlieue:host@0.1.5`: the capability imports.
 pub mod host {
     wit_bindgen::generate!({
         path: "../wit/host",
@@ -22,8 +22,8 @@ pub mod placement {
         path: ["../wit/host", "../wit/placement"],
         world: "banlieue:placement/placement",
         with: {
-            "banlieue:host/types@0.1.4": crate::bindings::host::banlieue::host::types,
-            "banlieue:host/log@0.1.4": crate::bindings::host::banlieue::host::log,
+            "banlieue:host/types@0.1.5": crate::bindings::host::banlieue::host::types,
+            "banlieue:host/log@0.1.5": crate::bindings::host::banlieue::host::log,
         },
         additional_derives: [PartialEq, Eq],
         pub_export_macro: true,
@@ -32,18 +32,18 @@ pub mod placement {
     });
 }
 
-/// `banlieue:provider@0.5.0`: the provider world.
+/// `banlieue:provider@0.6.0`: the provider world.
 pub mod provider {
     wit_bindgen::generate!({
         path: ["../wit/host", "../wit/provider"],
         world: "banlieue:provider/provider",
         with: {
-            "banlieue:host/types@0.1.4": crate::bindings::host::banlieue::host::types,
-            "banlieue:host/log@0.1.4": crate::bindings::host::banlieue::host::log,
-            "banlieue:host/http@0.1.4": crate::bindings::host::banlieue::host::http,
-            "banlieue:host/libvirt@0.1.4": crate::bindings::host::banlieue::host::libvirt,
-            "banlieue:host/secrets@0.1.4": crate::bindings::host::banlieue::host::secrets,
-            "banlieue:host/transfer@0.1.4": crate::bindings::host::banlieue::host::transfer,
+            "banlieue:host/types@0.1.5": crate::bindings::host::banlieue::host::types,
+            "banlieue:host/log@0.1.5": crate::bindings::host::banlieue::host::log,
+            "banlieue:host/http@0.1.5": crate::bindings::host::banlieue::host::http,
+            "banlieue:host/libvirt@0.1.5": crate::bindings::host::banlieue::host::libvirt,
+            "banlieue:host/secrets@0.1.5": crate::bindings::host::banlieue::host::secrets,
+            "banlieue:host/transfer@0.1.5": crate::bindings::host::banlieue::host::transfer,
         },
         additional_derives: [PartialEq, Eq],
         pub_export_macro: true,

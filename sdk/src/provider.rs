@@ -8,12 +8,12 @@ pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase,
     ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
-    NicStatus, PowerOff, PowerOffMode, PowerState, ProviderConfig, UrlSource, UserDataFormat,
+    NicStatus, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 pub use crate::{Error, Result};
 
 /// The `banlieue:provider` contract version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.5.0";
+pub const CONTRACT_VERSION: &str = "0.6.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
@@ -38,6 +38,27 @@ pub trait Driver {
     fn delete_image(_config: &ProviderConfig, _request: &ImageRequest, _reference: &str) -> Result<()> {
         Ok(())
     }
+    /// Take a snapshot, or return the one already named `request.name` (a retry).
+    fn snapshot_create(_config: &ProviderConfig, machine: &MachineRef, _request: &SnapshotRequest) -> Result<Snapshot> {
+        Err(no_snapshots(machine))
+    }
+    /// The machine's snapshots, those made on the backend by hand included.
+    fn snapshot_list(_config: &ProviderConfig, machine: &MachineRef) -> Result<Vec<Snapshot>> {
+        Err(no_snapshots(machine))
+    }
+    /// Bring the machine back to snapshot `id` (the host has powered it off).
+    fn snapshot_revert(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
+        Err(no_snapshots(machine))
+    }
+    /// Remove snapshot `id`; already gone is success.
+    fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
+        Err(no_snapshots(machine))
+    }
+}
+
+/// What a driver that takes no snapshots answers.
+fn no_snapshots(machine: &MachineRef) -> Error {
+    Error::InvalidSpec(format!("this driver takes no snapshots (machine {})", machine.name))
 }
 
 /// `delete` semantics: a `not-found` error is success.
@@ -168,6 +189,18 @@ macro_rules! export_provider {
                 }
                 fn import_image(config: wit::ProviderConfig, request: wit::ImageRequest) -> ::core::result::Result<wit::ImageStatus, wit::Error> {
                     D::import_image(&config, &request)
+                }
+                fn snapshot_create(config: wit::ProviderConfig, machine: wit::MachineRef, request: wit::SnapshotRequest) -> ::core::result::Result<wit::Snapshot, wit::Error> {
+                    D::snapshot_create(&config, &machine, &request)
+                }
+                fn snapshot_list(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<::std::vec::Vec<wit::Snapshot>, wit::Error> {
+                    D::snapshot_list(&config, &machine)
+                }
+                fn snapshot_revert(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
+                    D::snapshot_revert(&config, &machine, &id)
+                }
+                fn snapshot_delete(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
+                    D::snapshot_delete(&config, &machine, &id)
                 }
             }
             $crate::bindings::provider::export_provider_world!(Exported with_types_in $crate::bindings::provider);

@@ -16,7 +16,7 @@ pub enum Contract {
 
 /// Contract versions this host implements.
 pub const PLACEMENT_VERSION: &str = "0.2.0";
-pub const PROVIDER_VERSION: &str = "0.5.0";
+pub const PROVIDER_VERSION: &str = "0.6.0";
 /// Older placement contracts the host still runs, by lowering each request into
 /// their shape (see `placement::legacy`).
 pub const PLACEMENT_LEGACY_VERSIONS: &[&str] = &["0.1.0"];
