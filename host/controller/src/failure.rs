@@ -87,6 +87,7 @@ impl Cause for CallError {
             CallError::Busy(_) => Reason::Busy,
             CallError::InvalidDecision(_) => Reason::InvalidDecision,
             CallError::InvalidResult(_) => Reason::InvalidDriverResult,
+            CallError::Unsupported { feature: banlieue_runtime::Feature::Snapshots, .. } => Reason::SnapshotsUnsupported,
         }
     }
 

@@ -22,5 +22,5 @@ mod types;
 pub use connection::{Connections, DEFAULT_TIMEOUT, Libvirt};
 pub use error::{LibvirtError, Result};
 pub use types::{
-    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo,
+    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, SnapshotInfo, VolumeInfo,
 };

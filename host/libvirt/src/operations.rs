@@ -2,6 +2,7 @@
 
 use virt::connect::Connect;
 use virt::domain::Domain;
+use virt::domain_snapshot::DomainSnapshot;
 use virt::error::{Error as VirtError, ErrorNumber};
 use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
@@ -11,7 +12,7 @@ use virt::sys;
 use crate::connection::{Libvirt, check_c_string};
 use crate::error::Result;
 use crate::types::{
-    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, VolumeInfo,
+    AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, SnapshotInfo, VolumeInfo,
 };
 
 /// Upload chunk size: large enough to keep round trips few, small enough to bound one send.
@@ -120,6 +121,45 @@ impl Libvirt {
                 .collect())
         })
         .await
+    }
+
+    /// Take a snapshot of the domain from `<domainsnapshot>` XML (internal snapshots; a
+    /// running domain's include its memory).
+    pub async fn snapshot_create(&self, domain: &str, xml: String) -> Result<SnapshotInfo> {
+        check_c_string("snapshot XML", &xml)?;
+        self.with_domain("snapshot-create", domain, move |d| snapshot_info(&DomainSnapshot::create_xml(d, &xml, 0)?)).await
+    }
+
+    /// The domain's snapshots, oldest first (libvirt lists them in no promised order).
+    pub async fn snapshot_list(&self, domain: &str) -> Result<Vec<SnapshotInfo>> {
+        self.with_domain("snapshot-list", domain, |d| {
+            let mut found = Vec::new();
+            for s in d.list_all_snapshots(0)? {
+                match snapshot_info(&s) {
+                    Ok(info) => found.push(info),
+                    // Deleted between the listing and reading it: gone, not a failure.
+                    Err(e) if e.code() == ErrorNumber::NoDomainSnapshot => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            found.sort_by_key(|s| (creation_time(&s.xml), s.name.clone()));
+            Ok(found)
+        })
+        .await
+    }
+
+    /// Revert the domain to snapshot `name`.
+    pub async fn snapshot_revert(&self, domain: &str, name: &str) -> Result<()> {
+        check_c_string("snapshot name", name)?;
+        let name = name.to_string();
+        self.with_domain("snapshot-revert", domain, move |d| DomainSnapshot::lookup_by_name(d, &name, 0)?.revert(0)).await
+    }
+
+    /// Delete snapshot `name` (not its children).
+    pub async fn snapshot_delete(&self, domain: &str, name: &str) -> Result<()> {
+        check_c_string("snapshot name", name)?;
+        let name = name.to_string();
+        self.with_domain("snapshot-delete", domain, move |d| DomainSnapshot::lookup_by_name(d, &name, 0)?.delete(0)).await
     }
 
     /// Create a volume in `pool` from volume XML.
@@ -309,6 +349,18 @@ fn domain_info(d: &Domain) -> std::result::Result<DomainInfo, VirtError> {
         vcpus: info.nr_virt_cpu,
         memory_kib: info.max_mem,
     })
+}
+
+fn snapshot_info(s: &DomainSnapshot) -> std::result::Result<SnapshotInfo, VirtError> {
+    Ok(SnapshotInfo { name: s.get_name()?, current: s.is_current(0)?, xml: s.get_xml_desc(0)? })
+}
+
+/// `<creationTime>` of a snapshot's XML (seconds), for ordering; 0 when absent.
+fn creation_time(xml: &str) -> u64 {
+    xml.split_once("<creationTime>")
+        .and_then(|(_, rest)| rest.split_once("</creationTime>"))
+        .and_then(|(t, _)| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn volume_info(v: &StorageVol) -> std::result::Result<VolumeInfo, VirtError> {

@@ -107,3 +107,13 @@ pub struct IpAddress {
     pub prefix: u8,
     pub ipv6: bool,
 }
+
+/// A domain snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// Whether the domain's present state descends from it.
+    pub current: bool,
+    /// libvirt's `<domainsnapshot>` description.
+    pub xml: String,
+}

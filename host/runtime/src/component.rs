@@ -20,6 +20,9 @@ pub const PROVIDER_VERSION: &str = "0.6.0";
 /// Older placement contracts the host still runs, by lowering each request into
 /// their shape (see `placement::legacy`).
 pub const PLACEMENT_LEGACY_VERSIONS: &[&str] = &["0.1.0"];
+/// Older provider contracts the host still runs (see `provider::legacy`): everything
+/// but what was added since, which is refused with a reason naming the contract.
+pub const PROVIDER_LEGACY_VERSIONS: &[&str] = &["0.5.0"];
 
 impl Contract {
     pub fn world(self) -> &'static str {
@@ -38,7 +41,7 @@ impl Contract {
     fn host_versions(self) -> Vec<semver::Version> {
         let versions: Vec<&str> = match self {
             Contract::Placement => [PLACEMENT_VERSION].iter().chain(PLACEMENT_LEGACY_VERSIONS).copied().collect(),
-            Contract::Provider => vec![PROVIDER_VERSION],
+            Contract::Provider => [PROVIDER_VERSION].iter().chain(PROVIDER_LEGACY_VERSIONS).copied().collect(),
         };
         versions.into_iter().map(|v| semver::Version::parse(v).expect("valid")).collect()
     }
@@ -168,6 +171,8 @@ mod tests {
         assert!(refused.ends_with("built for banlieue:placement/policy@0.3.0; this host implements 0.2.0 and 0.1.0"), "{refused}");
         assert!(check_version(Contract::Provider, &v("0.3.0")).is_err(), "0.4.0 changed the nic record");
         assert!(check_version(Contract::Provider, &v("0.4.0")).is_err(), "0.5.0 changed the machine-status record");
+        assert!(check_version(Contract::Provider, &v("0.5.0")).is_ok(), "0.6.0 only added snapshots: 0.5.0 runs through the adapter");
+        assert!(check_version(Contract::Provider, &v("0.6.0")).is_ok());
     }
 }
 

@@ -28,9 +28,36 @@ pub enum CallError {
     /// does not define.
     #[error("{0}")]
     InvalidResult(String),
+    /// The driver was built for a contract without `feature`; the host refused the call.
+    #[error("{feature} need banlieue:provider {}; this driver was built for {contract}: rebuild it against {} or later", .feature.since(), .feature.since())]
+    Unsupported { feature: Feature, contract: semver::Version },
     /// The component answered, but with something the contract does not allow.
     #[error("invalid decision: {0}")]
     InvalidDecision(#[from] InvalidDecision),
+}
+
+/// What a newer provider contract added, which an older driver lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// `snapshot-create`, `-list`, `-revert`, `-delete` (0.6.0).
+    Snapshots,
+}
+
+impl Feature {
+    /// The contract version that added it.
+    pub fn since(self) -> &'static str {
+        match self {
+            Feature::Snapshots => "0.6.0",
+        }
+    }
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Feature::Snapshots => "snapshots",
+        })
+    }
 }
 
 /// A placement decision that names no candidate.
@@ -82,6 +109,7 @@ impl CallError {
             CallError::Guest(GuestError::Internal(_)) => "Internal",
             CallError::InvalidDecision(_) => "InvalidDecision",
             CallError::InvalidResult(_) => "InvalidDriverResult",
+            CallError::Unsupported { feature: Feature::Snapshots, .. } => "SnapshotsUnsupported",
         }
     }
 }

@@ -19,7 +19,7 @@ mod state;
 pub mod usage;
 pub mod validate;
 
-pub use component::{Contract, Inspection, LoadedComponent, PLACEMENT_LEGACY_VERSIONS, PLACEMENT_VERSION, PROVIDER_VERSION};
+pub use component::{Contract, Inspection, LoadedComponent, PLACEMENT_LEGACY_VERSIONS, PLACEMENT_VERSION, PROVIDER_LEGACY_VERSIONS, PROVIDER_VERSION};
 pub use engine::{Runtime, RuntimeConfig};
-pub use error::{CallError, GuestError, InvalidDecision};
+pub use error::{CallError, Feature, GuestError, InvalidDecision};
 pub use limits::Limits;

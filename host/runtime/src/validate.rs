@@ -20,6 +20,7 @@
 //! | conditions per machine | [`MAX_CONDITIONS`]; Kubernetes condition type and reason syntax, messages at most [`MAX_MESSAGE`] bytes |
 //! | disks and NICs in a machine's hardware | [`MAX_DEVICES`] each; names, MACs and networks [`MAX_NAME`], disk ids [`MAX_REFERENCE`] printable bytes |
 //! | image reference and message | [`MAX_REFERENCE`] and [`MAX_MESSAGE`] bytes |
+//! | snapshots per machine | [`MAX_SNAPSHOTS`]; ids and names [`MAX_NAME`] printable bytes, ids unique, descriptions [`MAX_MESSAGE`] bytes |
 //!
 //! Results the component model itself refuses while copying them out of the sandbox (an
 //! enum discriminant the contract does not have, more than [`MAX_RESULT_COPY`] bytes) are
@@ -28,7 +29,7 @@
 use std::net::IpAddr;
 
 use crate::error::CallError;
-use crate::provider::{AddressType, ImageStatus, Inventory, MachineStatus};
+use crate::provider::{AddressType, ImageStatus, Inventory, MachineStatus, Snapshot};
 
 /// Failure domains one `probe` may report (a vCenter's clusters, a Proxmox cluster's nodes).
 pub const MAX_FAILURE_DOMAINS: usize = 1_000;
@@ -55,6 +56,8 @@ pub const MAX_DEVICES: usize = 64;
 pub const MAX_MESSAGE: usize = 4096;
 /// An imported image's reference.
 pub const MAX_REFERENCE: usize = 1024;
+/// Snapshots of one machine (vSphere allows 496 in a chain; schedules keep far fewer).
+pub const MAX_SNAPSHOTS: usize = 1_000;
 /// Bytes the host copies out of a sandbox for one call's result (wasmtime's hostcall fuel):
 /// a guest returning the same string many times over (the canonical ABI allows overlapping
 /// strings) cannot make the host allocate more than this.
@@ -73,6 +76,11 @@ pub fn machine_status(function: &'static str, st: &MachineStatus) -> Result<(), 
 /// Check what `import-image` returned.
 pub fn image_status(st: &ImageStatus) -> Result<(), CallError> {
     invalid("import-image", check_image_status(st))
+}
+
+/// Check what `snapshot-create` or `snapshot-list` (`function`) returned.
+pub fn snapshots(function: &'static str, list: &[Snapshot]) -> Result<(), CallError> {
+    invalid(function, check_snapshots(list))
 }
 
 fn invalid(function: &'static str, r: Result<(), String>) -> Result<(), CallError> {
@@ -161,6 +169,25 @@ fn check_image_status(st: &ImageStatus) -> Result<(), String> {
     if let Some(m) = &st.message {
         if m.len() > MAX_MESSAGE {
             return Err(format!("a {} message; at most {} bytes are accepted", bytes(m.len()), thousands(MAX_MESSAGE)));
+        }
+    }
+    Ok(())
+}
+
+fn check_snapshots(list: &[Snapshot]) -> Result<(), String> {
+    count("snapshots", list.len(), MAX_SNAPSHOTS)?;
+    let mut ids = std::collections::HashSet::new();
+    for s in list {
+        printable("a snapshot id", &s.id, MAX_NAME)?;
+        if s.id.is_empty() {
+            return Err("a snapshot with an empty id".into());
+        }
+        if !ids.insert(s.id.as_str()) {
+            return Err(format!("snapshot id {} twice", quoted(&s.id)));
+        }
+        printable("a snapshot name", &s.name, MAX_NAME)?;
+        if s.description.len() > MAX_MESSAGE {
+            return Err(format!("a {} description on snapshot {}; at most {} bytes are accepted", bytes(s.description.len()), quoted(&s.id), thousands(MAX_MESSAGE)));
         }
     }
     Ok(())
@@ -403,5 +430,16 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(2_000_000), "2,000,000");
+    }
+
+    #[test]
+    fn snapshots_need_unique_printable_ids() {
+        let snap = |id: &str| Snapshot { id: id.into(), name: "bl-1".into(), description: String::new(), created_at: None, size_bytes: None, memory: false, current: false };
+        assert!(snapshots("snapshot-list", &[snap("snapshot-1"), snap("snapshot-2")]).is_ok());
+        assert!(err(snapshots("snapshot-list", &[snap("a"), snap("a")])).contains("snapshot id \"a\" twice"));
+        assert!(err(snapshots("snapshot-create", &[snap("")])).contains("empty id"));
+        assert!(err(snapshots("snapshot-list", &[snap("a\nb")])).contains("control characters"));
+        let long = Snapshot { description: "x".repeat(MAX_MESSAGE + 1), ..snap("a") };
+        assert!(err(snapshots("snapshot-list", &[long])).contains("description"));
     }
 }

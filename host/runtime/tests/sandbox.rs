@@ -105,6 +105,44 @@ async fn a_0_1_component_chooses_through_the_adapter() {
 }
 
 #[tokio::test]
+async fn a_0_5_driver_runs_through_the_adapter_and_its_snapshots_are_refused() {
+    use banlieue_runtime::provider::{Firmware, ImageSource, Machine, MachineRef, PowerState, SnapshotRequest, UserDataFormat};
+    let rt = runtime();
+    let legacy = rt.provider(&guest("provider-legacy")).unwrap();
+    assert_eq!(legacy.component.contract_version.to_string(), "0.5.0");
+    // Everything 0.5.0 had still works, with 0.6.0's types.
+    let inv = legacy.probe(&config("team/old", "legacy://"), Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!(inv.backend_version.as_deref(), Some("legacy 0.5.0"));
+    let machine = Machine {
+        uid: "u-1".into(),
+        name: "vm".into(),
+        namespace: "team".into(),
+        cpus: 1,
+        memory_mib: 512,
+        firmware: Firmware::Bios,
+        disks: vec![],
+        nics: vec![],
+        image: ImageSource::Template("t".into()),
+        user_data: None,
+        user_data_format: UserDataFormat::CloudConfig,
+        failure_domain: "default".into(),
+        power_state: PowerState::PoweredOff,
+        labels: vec![],
+    };
+    let st = legacy.create(&config("team/old", ""), &machine, Limits::default(), Grants::default()).await.unwrap();
+    assert_eq!((st.provider_id.as_str(), st.power_state), ("legacy://u-1", PowerState::PoweredOff));
+    // Snapshots are refused by the host, naming the contract, without calling the driver.
+    let r = MachineRef { uid: "u-1".into(), name: "vm".into(), namespace: "team".into(), provider_id: Some(st.provider_id), failure_domain: "default".into() };
+    let request = SnapshotRequest { name: "bl-1".into(), description: String::new(), memory: false, quiesce: false };
+    let e = legacy.snapshot_create(&config("team/old", ""), &r, &request, Limits::default(), Grants::default()).await.unwrap_err();
+    assert_eq!(e.reason(), "SnapshotsUnsupported");
+    assert!(e.to_string().contains("banlieue:provider 0.6.0") && e.to_string().contains("built for 0.5.0"), "{e}");
+    assert!(legacy.snapshots().is_err());
+    // A current driver has them.
+    assert!(rt.provider(&guest("minimal-provider")).unwrap().snapshots().is_ok());
+}
+
+#[tokio::test]
 async fn a_decision_index_out_of_range_is_refused() {
     let rt = runtime();
     let hostile = rt.placement(&guest("hostile-placement")).unwrap();

@@ -52,6 +52,10 @@ fn volume(v: banlieue_libvirt::VolumeInfo) -> wit::VolumeInfo {
     wit::VolumeInfo { name: v.name, path: v.path, capacity_bytes: v.capacity_bytes }
 }
 
+fn snapshot(s: banlieue_libvirt::SnapshotInfo) -> wit::SnapshotInfo {
+    wit::SnapshotInfo { name: s.name, current: s.current, xml: s.xml }
+}
+
 impl HostState {
     pub(super) fn libvirt(&self) -> Result<Libvirt, WitError> {
         match &self.grants.libvirt {
@@ -111,6 +115,18 @@ impl wit::Host for HostState {
                     .collect(),
             })
             .collect())
+    }
+    async fn snapshot_create(&mut self, domain: String, xml: String) -> Result<wit::SnapshotInfo, WitError> {
+        self.libvirt()?.snapshot_create(&domain, xml).await.map(snapshot).map_err(err)
+    }
+    async fn snapshot_list(&mut self, domain: String) -> Result<Vec<wit::SnapshotInfo>, WitError> {
+        self.libvirt()?.snapshot_list(&domain).await.map(|v| v.into_iter().map(snapshot).collect()).map_err(err)
+    }
+    async fn snapshot_revert(&mut self, domain: String, name: String) -> Result<(), WitError> {
+        self.libvirt()?.snapshot_revert(&domain, &name).await.map_err(err)
+    }
+    async fn snapshot_delete(&mut self, domain: String, name: String) -> Result<(), WitError> {
+        self.libvirt()?.snapshot_delete(&domain, &name).await.map_err(err)
     }
     async fn volume_create(&mut self, pool: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
         self.libvirt()?.volume_create(&pool, xml).await.map(volume).map_err(err)

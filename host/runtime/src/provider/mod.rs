@@ -6,10 +6,12 @@ use wasmtime::component::HasSelf;
 
 use crate::capability::Grants;
 use crate::component::{Contract, LoadedComponent};
-use crate::error::CallError;
+use crate::error::{CallError, Feature};
 use crate::limits::Limits;
 use crate::state::{classify, classify_instantiate, new_store, HostState};
 use crate::{validate, Runtime};
+
+pub mod legacy;
 
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
@@ -24,15 +26,22 @@ pub(crate) mod bindings {
 pub use bindings::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase, ImageRequest,
     ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, PowerOff, PowerOffMode,
-    PowerState, ProviderConfig, UrlSource, UserDataFormat,
+    PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 
 /// A provider driver ready to be called.
 #[derive(Clone)]
 pub struct ProviderDriver {
     rt: Runtime,
-    pre: bindings::ProviderPre<HostState>,
+    pre: Pre,
     pub component: LoadedComponent,
+}
+
+/// The driver's contract: the current one, or 0.5.0 through [`legacy`].
+#[derive(Clone)]
+enum Pre {
+    Current(bindings::ProviderPre<HostState>),
+    V0_5(legacy::bindings::ProviderPre<HostState>),
 }
 
 impl Runtime {
@@ -40,19 +49,40 @@ impl Runtime {
     pub fn provider(&self, bytes: &[u8]) -> Result<ProviderDriver, CallError> {
         let component = self.load(bytes, Contract::Provider)?;
         let mut linker = self.wasi_linker()?;
-        bindings::Provider::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(|e| CallError::Invalid(format!("{e:#}")))?;
-        let pre = linker.instantiate_pre(&component.component).map_err(|e| CallError::Incompatible(format!("{e:#}")))?;
-        let pre = bindings::ProviderPre::new(pre).map_err(|e| CallError::Incompatible(format!("{e:#}")))?;
+        let invalid = |e: wasmtime::Error| CallError::Invalid(format!("{e:#}"));
+        let incompatible = |e: wasmtime::Error| CallError::Incompatible(format!("{e:#}"));
+        let pre = if legacy::adapts(&component.contract_version) {
+            legacy::bindings::Provider::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(invalid)?;
+            let pre = linker.instantiate_pre(&component.component).map_err(incompatible)?;
+            Pre::V0_5(legacy::bindings::ProviderPre::new(pre).map_err(incompatible)?)
+        } else {
+            bindings::Provider::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s).map_err(invalid)?;
+            let pre = linker.instantiate_pre(&component.component).map_err(incompatible)?;
+            Pre::Current(bindings::ProviderPre::new(pre).map_err(incompatible)?)
+        };
         Ok(ProviderDriver { rt: self.clone(), pre, component })
     }
 }
 
-/// Run one export call in a fresh instance and map every failure.
+/// Run one export call in a fresh instance and map every failure. The body is written
+/// once and compiled for each contract the call exists in (their types are the same);
+/// `only current` calls refuse an older driver before instantiating it.
 macro_rules! call {
     ($self:ident, $limits:ident, $grants:ident, |$d:ident, $store:ident| $body:expr) => {{
+        match &$self.pre {
+            Pre::Current(pre) => call!(@run pre, $self, $limits, $grants, |$d, $store| $body),
+            Pre::V0_5(pre) => call!(@run pre, $self, $limits, $grants, |$d, $store| $body),
+        }
+    }};
+    (only current $feature:expr, $self:ident, $limits:ident, $grants:ident, |$d:ident, $store:ident| $body:expr) => {{
+        match &$self.pre {
+            Pre::Current(pre) => call!(@run pre, $self, $limits, $grants, |$d, $store| $body),
+            Pre::V0_5(_) => Err(CallError::Unsupported { feature: $feature, contract: $self.component.contract_version.clone() }),
+        }
+    }};
+    (@run $pre:ident, $self:ident, $limits:ident, $grants:ident, |$d:ident, $store:ident| $body:expr) => {{
         let mut $store = new_store(&$self.rt, Contract::Provider, $limits, $grants);
-        let instance = match $self.pre.instantiate_async(&mut $store).await {
+        let instance = match $pre.instantiate_async(&mut $store).await {
             Ok(i) => i,
             Err(e) => return Err(classify_instantiate(&$store, e)),
         };
@@ -104,6 +134,34 @@ impl ProviderDriver {
 
     pub async fn delete_image(&self, config: &ProviderConfig, request: &ImageRequest, reference: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
         call!(self, limits, grants, |d, store| d.call_delete_image(&mut store, config, request, reference).await)
+    }
+
+    /// Whether the driver's contract has snapshots (0.6.0).
+    pub fn snapshots(&self) -> Result<(), CallError> {
+        match self.pre {
+            Pre::Current(_) => Ok(()),
+            Pre::V0_5(_) => Err(CallError::Unsupported { feature: Feature::Snapshots, contract: self.component.contract_version.clone() }),
+        }
+    }
+
+    pub async fn snapshot_create(&self, config: &ProviderConfig, machine: &MachineRef, request: &SnapshotRequest, limits: Limits, grants: Grants) -> Result<Snapshot, CallError> {
+        let s = call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_create(&mut store, config, machine, request).await)?;
+        validate::snapshots("snapshot-create", std::slice::from_ref(&s))?;
+        Ok(s)
+    }
+
+    pub async fn snapshot_list(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<Vec<Snapshot>, CallError> {
+        let list = call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_list(&mut store, config, machine).await)?;
+        validate::snapshots("snapshot-list", &list)?;
+        Ok(list)
+    }
+
+    pub async fn snapshot_revert(&self, config: &ProviderConfig, machine: &MachineRef, id: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_revert(&mut store, config, machine, id).await)
+    }
+
+    pub async fn snapshot_delete(&self, config: &ProviderConfig, machine: &MachineRef, id: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_delete(&mut store, config, machine, id).await)
     }
 }
 
