@@ -72,13 +72,14 @@
 use banlieue_sdk::provider::libvirt::{self, DomainInfo, DomainState};
 use banlieue_sdk::provider::{
     Driver, ImagePhase, ImageRequest, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerOffOps,
-    PowerState, ProviderConfig, Result, ignore_not_found, power_off,
+    PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, ignore_not_found, power_off,
 };
 use banlieue_sdk::transfer;
 use banlieue_sdk::{Error, info, warn};
 
 pub mod naming;
 pub mod seed;
+pub mod snapshot;
 pub mod spec;
 pub mod xml;
 
@@ -212,6 +213,10 @@ impl PowerOffOps for Domain<'_> {
     fn is_off(&mut self) -> Result<bool> {
         Ok(!spec::is_active(libvirt::domain_get_state(self.0)?))
     }
+}
+
+fn list_snapshots(domain: &str) -> Result<Vec<Snapshot>> {
+    Ok(libvirt::snapshot_list(domain)?.iter().map(|s| snapshot::parse(&s.name, s.current, &s.xml)).collect())
 }
 
 /// The machine's NoCloud seed, built before anything is created on the host.
@@ -426,6 +431,43 @@ impl Driver for Libvirt {
                 info!("deleted volume {} in pool {}", volume.name, pool.name);
             }
         }
+        Ok(())
+    }
+
+    fn snapshot_create(_config: &ProviderConfig, machine: &MachineRef, request: &SnapshotRequest) -> Result<Snapshot> {
+        let domain = lookup(machine)?;
+        // A retry after the host lost the answer: the name carries the VMSnapshot's UID.
+        if let Some(taken) = list_snapshots(&domain.name)?.into_iter().find(|s| s.name == request.name) {
+            return Ok(taken);
+        }
+        let hw = xml::hardware(&libvirt::domain_xml(&domain.name)?);
+        let request_xml = snapshot::request_xml(request, &hw.disks, spec::is_active(domain.state))?;
+        let taken = libvirt::snapshot_create(&domain.name, &request_xml)
+            .map_err(|e| e.context(format!("taking snapshot {} of libvirt domain {}", request.name, domain.name)))?;
+        info!("took snapshot {} of libvirt domain {}", taken.name, domain.name);
+        Ok(snapshot::parse(&taken.name, taken.current, &taken.xml))
+    }
+
+    fn snapshot_list(_config: &ProviderConfig, machine: &MachineRef) -> Result<Vec<Snapshot>> {
+        list_snapshots(&lookup(machine)?.name)
+    }
+
+    fn snapshot_revert(_config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        let domain = lookup(machine)?;
+        libvirt::snapshot_revert(&domain.name, id).map_err(|e| e.context(format!("reverting libvirt domain {} to snapshot {id}", domain.name)))?;
+        info!("reverted libvirt domain {} to snapshot {id}", domain.name);
+        Ok(())
+    }
+
+    fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        // No domain, no snapshot: internal snapshots live in its volumes.
+        let domain = match lookup(machine) {
+            Err(Error::NotFound(_)) => return Ok(()),
+            other => other?,
+        };
+        ignore_not_found(libvirt::snapshot_delete(&domain.name, id))
+            .map_err(|e| e.context(format!("deleting snapshot {id} of libvirt domain {}", domain.name)))?;
+        info!("deleted snapshot {id} of libvirt domain {}", domain.name);
         Ok(())
     }
 

@@ -298,7 +298,7 @@ pub fn with_cpus_and_memory(domain_xml: &str, cpus: u32, memory_mib: u64) -> Res
 }
 
 /// The first `<tag …>text</tag>`: its attribute text and its text.
-fn element<'a>(xml: &'a str, tag: &'a str) -> Option<(&'a str, &'a str)> {
+pub(crate) fn element<'a>(xml: &'a str, tag: &'a str) -> Option<(&'a str, &'a str)> {
     blocks(xml, tag).next()
 }
 
@@ -328,7 +328,7 @@ fn blocks<'a>(xml: &'a str, tag: &'a str) -> impl Iterator<Item = (&'a str, &'a 
 }
 
 /// The attribute text of the first `<tag …>` or `<tag …/>` in `xml`.
-fn opening<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
+pub(crate) fn opening<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
     let open = format!("<{tag}");
     let mut rest = xml;
     loop {
@@ -343,7 +343,7 @@ fn opening<'a>(xml: &'a str, tag: &str) -> Option<&'a str> {
 }
 
 /// The value of `name='…'` or `name="…"` inside one element's attribute text.
-fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
     let mut rest = element;
     while let Some(at) = rest.find(name) {
         let before_ok = at == 0 || rest[..at].ends_with(|c: char| c.is_ascii_whitespace());

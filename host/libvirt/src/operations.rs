@@ -49,10 +49,13 @@ impl Libvirt {
     /// Remove the definition, including NVRAM and managed save; the domain must be off.
     pub async fn domain_undefine(&self, name: &str) -> Result<()> {
         self.with_domain("domain-undefine", name, |d| {
-            let flags = sys::VIR_DOMAIN_UNDEFINE_NVRAM | sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE;
+            // Snapshot metadata goes too: internal snapshots live in the disks, which the
+            // driver deletes next, and libvirt refuses to undefine a domain that has any.
+            let snapshots = sys::VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA;
+            let flags = sys::VIR_DOMAIN_UNDEFINE_NVRAM | sys::VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | snapshots;
             match d.undefine_flags(flags) {
                 // Drivers without NVRAM (e.g. `test:///`) refuse the flag; nothing to remove there.
-                Err(e) if e.code() == ErrorNumber::InvalidArg => d.undefine(),
+                Err(e) if e.code() == ErrorNumber::InvalidArg => d.undefine_flags(snapshots),
                 other => other,
             }
         })

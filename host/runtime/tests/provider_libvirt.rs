@@ -317,3 +317,57 @@ async fn without_the_libvirt_grant_every_call_is_denied() {
     denied(driver.delete(&cfg, &machine_ref(UID), power_off(PowerOffMode::TrySoft), limits(), Grants::default()).await.unwrap_err());
     assert!(domains_named(&conn, "ns_vm").await.is_empty());
 }
+
+/// Snapshots on the test driver, checked on libvirt's own list: taken once (a retry with the
+/// same name adopts it), memory only when running, reverted to, deleted; a domain with
+/// snapshots is still deleted whole.
+#[tokio::test]
+async fn snapshots_are_taken_once_reverted_to_and_deleted() {
+    use banlieue_runtime::provider::SnapshotRequest;
+    let (_turn, driver, conn, grants) = setup().await;
+    let mut m = machine(UID);
+    m.power_state = PowerState::PoweredOff;
+    driver.create(&config(), &m, limits(), grants.clone()).await.unwrap();
+    let r = machine_ref(UID);
+    let names = |list: Vec<banlieue_libvirt::SnapshotInfo>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    let request = |name: &str, memory: bool| SnapshotRequest { name: name.into(), description: "before the upgrade".into(), memory, quiesce: false };
+
+    // Memory of a shut-off domain and quiesce: refused, nothing taken.
+    invalid_spec(driver.snapshot_create(&config(), &r, &request("bl-a", true), limits(), grants.clone()).await, "spec.memory");
+    let quiesce = SnapshotRequest { quiesce: true, ..request("bl-a", false) };
+    invalid_spec(driver.snapshot_create(&config(), &r, &quiesce, limits(), grants.clone()).await, "spec.quiesce");
+    assert!(conn.snapshot_list("ns_vm").await.unwrap().is_empty());
+
+    let a = driver.snapshot_create(&config(), &r, &request("bl-a", false), limits(), grants.clone()).await.unwrap();
+    assert_eq!((a.id.as_str(), a.description.as_str(), a.memory, a.current), ("bl-a", "before the upgrade", false, true));
+    assert!(a.created_at.is_some());
+    let again = driver.snapshot_create(&config(), &r, &request("bl-a", false), limits(), grants.clone()).await.unwrap();
+    assert_eq!(again.id, a.id);
+    assert_eq!(names(conn.snapshot_list("ns_vm").await.unwrap()), ["bl-a"], "a retry adopts, never takes a second");
+
+    // Running: the snapshot holds the memory.
+    driver.set_power(&config(), &r, PowerState::PoweredOn, power_off(PowerOffMode::Hard), limits(), grants.clone()).await.unwrap();
+    let b = driver.snapshot_create(&config(), &r, &request("bl-b", true), limits(), grants.clone()).await.unwrap();
+    assert!(b.memory && b.current, "{b:?}");
+    let listed = driver.snapshot_list(&config(), &r, limits(), grants.clone()).await.unwrap();
+    assert_eq!(listed.iter().map(|s| (s.id.as_str(), s.current)).collect::<Vec<_>>(), [("bl-a", false), ("bl-b", true)]);
+
+    // Revert to the first (the host powers off first), then libvirt says it is current.
+    driver.set_power(&config(), &r, PowerState::PoweredOff, power_off(PowerOffMode::Hard), limits(), grants.clone()).await.unwrap();
+    driver.snapshot_revert(&config(), &r, "bl-a", limits(), grants.clone()).await.unwrap();
+    let current: Vec<_> = conn.snapshot_list("ns_vm").await.unwrap().into_iter().filter(|s| s.current).map(|s| s.name).collect();
+    assert_eq!(current, ["bl-a"]);
+    match driver.snapshot_revert(&config(), &r, "bl-nope", limits(), grants.clone()).await {
+        Err(CallError::Guest(GuestError::NotFound(_))) => {}
+        other => panic!("{other:?}"),
+    }
+
+    driver.snapshot_delete(&config(), &r, "bl-b", limits(), grants.clone()).await.unwrap();
+    driver.snapshot_delete(&config(), &r, "bl-b", limits(), grants.clone()).await.expect("already gone is success");
+    assert_eq!(names(conn.snapshot_list("ns_vm").await.unwrap()), ["bl-a"]);
+
+    // The domain goes with its remaining snapshot.
+    driver.delete(&config(), &r, power_off(PowerOffMode::Hard), limits(), grants.clone()).await.unwrap();
+    assert!(domains_named(&conn, "ns_vm").await.is_empty());
+    driver.snapshot_delete(&config(), &r, "bl-a", limits(), grants).await.expect("no domain, no snapshot");
+}
