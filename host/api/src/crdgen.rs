@@ -15,6 +15,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         crate::Provider::crd(),
         crate::ProviderClass::crd(),
         crate::PlacementPolicy::crd(),
+        crate::VMSnapshot::crd(),
     ]
     .into_iter()
     .map(without_nullable_objects)

@@ -112,6 +112,9 @@ pub struct ResolvedVm {
     /// Bumped to restart the machine once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
+    /// Bring the machine back to a snapshot once (its VM's `spec.revertTo`, resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<MachineRevert>,
     /// The Provider's own name of the failure domain, when `spec.failureDomain` holds the
     /// cluster-wide name CAPI uses (`<provider>/<domain>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,6 +126,18 @@ pub struct ResolvedVm {
     /// `OnNextPowerCycle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<UpdatePolicy>,
+}
+
+/// A snapshot to bring a machine back to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRevert {
+    /// The backend's id of the snapshot.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    /// The VMSnapshot's UID: the machine is reverted once per snapshot object.
+    #[serde(rename = "snapshotUID")]
+    pub snapshot_uid: String,
 }
 
 /// When a change of a machine's CPUs, memory or disk sizes is applied to it while it runs.
@@ -232,6 +247,9 @@ pub struct InfraMachineStatus {
     /// The last `spec.vm.restartRequestedAt` the machine was restarted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,
+    /// The UID of the VMSnapshot the machine was last reverted to (`spec.vm.revert`).
+    #[serde(rename = "revertedTo", default, skip_serializing_if = "Option::is_none")]
+    pub reverted_to: Option<String>,
     /// The hardware the backend reports (CPUs, memory, each disk and NIC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<MachineHardware>,

@@ -6,11 +6,13 @@ pub mod common;
 pub mod crdgen;
 pub mod infra;
 pub mod provider;
+pub mod snapshot;
 pub mod vm;
 
 pub use class::{VMClass, VMClassSpec, VMImage, VMImageSpec};
 pub use infra::{infrastructure_crds, InfraMachine, InfraMachineSpec};
 pub use provider::{PlacementPolicy, Provider, ProviderClass, ProviderSpec};
+pub use snapshot::{VMSnapshot, VMSnapshotSpec};
 pub use vm::{VirtualMachine, VirtualMachinePool, VirtualMachineSpec};
 
 /// API group of the user-facing kinds.

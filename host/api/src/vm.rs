@@ -65,6 +65,12 @@ pub struct VirtualMachineSpec {
     /// Static addresses (or IP pools) of the class's NICs; a NIC not named here takes DHCP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<VmNetwork>,
+    /// Revert the VM to this VMSnapshot (a Ready snapshot of this VM, same namespace), once:
+    /// the VM is powered off (per `powerOffMode`), its backend machine brought back to the
+    /// snapshot, and powered on again if `desiredPowerState` says so. Recorded in
+    /// `status.revert`; set it again (after clearing it) to revert to the same snapshot again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert_to: Option<String>,
     /// What happens when the placement no longer matches where the VM runs.
     #[serde(default)]
     pub migration_policy: MigrationPolicy,
@@ -220,13 +226,44 @@ pub struct VirtualMachineStatus {
     /// is made, so none is forgotten when the VM is deleted or leaves a pool).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ip_address_claims: Vec<String>,
-    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady, ConfigurationApplied.
+    /// The last revert to a snapshot (`spec.revertTo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<RevertStatus>,
+    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady, ConfigurationApplied, Reverted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// A revert to a snapshot, as `spec.revertTo` asked for it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertStatus {
+    /// The VMSnapshot.
+    pub snapshot: String,
+    /// Its UID: a revert is applied once per snapshot object.
+    #[serde(rename = "snapshotUID")]
+    pub snapshot_uid: String,
+    /// The backend's id of the snapshot.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    pub phase: RevertPhase,
+    /// When the backend machine was brought back to the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// Where a revert is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RevertPhase {
+    /// Handed to the VM's machine: powering off, reverting.
+    #[default]
+    Reverting,
+    /// The backend machine is back at the snapshot.
+    Reverted,
 }
 
 /// The scheduler's decision.

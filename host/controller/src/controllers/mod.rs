@@ -1,5 +1,5 @@
 //! One module per reconciled kind. Role `controller`: [`virtualmachine`], [`pool`],
-//! [`capi`]. Role `provider`: [`machine`], [`provider_probe`], [`in_use`]. Role
+//! [`capi`]. Role `provider`: [`machine`], [`provider_probe`], [`in_use`], [`vmsnapshot`]. Role
 //! `operator`: [`operator`] (ProviderClasses and PlacementPolicies). Role
 //! `imagebuilder`: [`vmimage`].
 
@@ -11,3 +11,4 @@ pub mod pool;
 pub mod provider_probe;
 pub mod virtualmachine;
 pub mod vmimage;
+pub mod vmsnapshot;

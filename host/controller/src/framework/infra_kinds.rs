@@ -26,6 +26,11 @@ pub fn machine_resource(prefix: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, &format!("{}machines", prefix.to_ascii_lowercase()))
 }
 
+/// The API resource of a Machine kind (`LibvirtMachine`), as an `infrastructureRef` names it.
+pub fn machine_resource_of_kind(kind: &str) -> ApiResource {
+    machine_resource(kind.strip_suffix("Machine").unwrap_or(kind))
+}
+
 /// The API resource of `<prefix>Cluster`.
 pub fn cluster_resource(prefix: &str) -> ApiResource {
     let gvk = GroupVersionKind::gvk(INFRA_GROUP, banlieue_api::VERSION, &format!("{prefix}Cluster"));

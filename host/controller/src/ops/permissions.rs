@@ -91,6 +91,8 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             // the addresses the IPAM provider answers with.
             rule(IPAM, &["ipaddressclaims"], &["get", "list", "watch", "create", "delete"]),
             rule(IPAM, &["ipaddresses"], &["get"]),
+            // A VM's `spec.revertTo` names a snapshot; a snapshot's change wakes its VM.
+            rule(BANLIEUE, &["vmsnapshots"], READ),
         ],
         Role::Provider => vec![
             // Read from caches (the machine path looks its Provider up there).
@@ -103,6 +105,12 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(INFRASTRUCTURE, &["*"], &["list", "watch", "patch"]),
             // A CAPI Cluster's `spec.paused` pauses its machines.
             rule(CAPI, &["clusters"], READ),
+            // Snapshots: each one's finalizer and owner (its VM), its status; the VM, its
+            // Machine and its Provider read once per snapshot taken or deleted.
+            rule(BANLIEUE, &["vmsnapshots"], &["list", "watch", "patch"]),
+            rule(BANLIEUE, &["vmsnapshots/status"], &["patch"]),
+            rule(BANLIEUE, &["virtualmachines", "providers"], &["get"]),
+            rule(INFRASTRUCTURE, &["*"], &["get"]),
         ],
         Role::Operator => vec![
             rule(BANLIEUE, &["providerclasses", "placementpolicies"], WATCH),

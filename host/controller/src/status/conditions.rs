@@ -15,6 +15,8 @@ pub const VERIFIED: &str = "Verified";
 pub const ADDRESSES_READY: &str = "AddressesReady";
 /// Whether the machine's backend holds the CPUs, memory and disks its spec asks for.
 pub const CONFIGURATION_APPLIED: &str = "ConfigurationApplied";
+/// Whether the VM's `spec.revertTo` has been applied.
+pub const REVERTED: &str = "Reverted";
 
 /// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
 /// its status or reason changed, or it is said of a new generation of the object (the user

@@ -57,6 +57,9 @@ reasons! {
     // Images.
     Fetched, URLNotAllowed, ChecksumMismatch, ImageTooLarge, NotADiskImage, Imported, ImportFailed, NoProvider, InUse,
     Built, Building, BuildFailed, BuildNotConfigured,
+    // Snapshots and reverts.
+    SnapshotTaken, SnapshotInProgress, SnapshotDeleted, SnapshotsUnsupported, VMNotFound, VMNotPlaced, NotFoundOnBackend,
+    Reverting, Reverted, InvalidRevert, SnapshotNotReady,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

@@ -23,6 +23,7 @@
 
 mod assumed;
 mod network;
+mod revert;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -154,6 +155,10 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
         .watches_stream(provider_changes, move |o| concerned(o.name_any(), o.namespace()))
         .watches_stream(provider_class_changes, move |o| unscheduled_too(o.name_any(), None))
         .watches_stream(crate::framework::reconciler::changes(Api::<PlacementPolicy>::all(client.clone()), ctx.scope()), move |o| unscheduled(o.name_any(), None))
+        // A snapshot becoming Ready (or going) is news to a VM whose revertTo names it.
+        .watches_stream(crate::framework::reconciler::changes(ctx.watched::<banlieue_api::VMSnapshot>(), ctx.scope()), |s| {
+            s.namespace().map(|ns| ObjectRef::new(&s.spec.vm_ref.name).within(&ns))
+        })
         .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
@@ -373,7 +378,9 @@ impl<'a> Reconcile<'a> {
             Current::Keep(existing) => existing,
             Current::Wait(outcome) => return Ok(outcome),
         };
-        let spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, &addressing, existing.as_ref())?;
+        let revert = self.revert(existing.as_ref()).await?;
+        let mut spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, &addressing, existing.as_ref())?;
+        spec.vm.revert = revert;
         self.note_machine(&target, &spec);
         // The decision and the Machine it names are recorded (one write) before the Machine exists.
         self.record().await.map_err(status_error)?;
@@ -575,6 +582,11 @@ impl<'a> Reconcile<'a> {
                 return Ok(current.clone());
             }
             let why = format!("{}/{} no longer satisfies the placement", current.provider, current.failure_domain);
+            if self.reverting() {
+                // Not moved from under a revert: the snapshot is on this machine.
+                self.set(PLACEMENT_VALID, false, Reason::MigrationPending, format!("{why}; it moves once its revert is done"));
+                return Ok(current.clone());
+            }
             let restart_bumped = self.vm.spec.restart_requested_at.is_some() && self.vm.spec.restart_requested_at != self.status.last_restart_requested_at;
             match self.vm.spec.migration_policy {
                 MigrationPolicy::Automatic => {}
@@ -774,6 +786,7 @@ impl<'a> Reconcile<'a> {
         }
         self.status.observed_power_state = st.power_state;
         self.status.phase = st.phase;
+        self.mirror_revert(st.reverted_to.as_deref());
         if st.last_restart_requested_at.is_some() {
             self.status.last_restart_requested_at = st.last_restart_requested_at.clone();
         }
@@ -856,8 +869,7 @@ fn api_error(e: kube::Error) -> Blocked {
 }
 
 fn resource_of(r: &InfrastructureRef) -> kube::api::ApiResource {
-    let prefix = r.kind.strip_suffix("Machine").unwrap_or(&r.kind);
-    infra_kinds::machine_resource(prefix)
+    infra_kinds::machine_resource_of_kind(&r.kind)
 }
 
 #[cfg(test)]

@@ -1,0 +1,124 @@
+//! `VMSnapshot`: a point a VM can go back to, taken on its backend.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{NameRef, SecretKeyRef};
+
+/// A snapshot of one VirtualMachine on the backend it runs on.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VMSnapshot",
+    namespaced,
+    status = "VMSnapshotStatus",
+    shortname = "vmsnap",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A snapshot of a VirtualMachine's disks (and memory, where asked and the backend can) on its backend.",
+    printcolumn(name = "VM", type_ = "string", json_path = ".spec.vmRef.name"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "ReadyToUse", type_ = "boolean", json_path = ".status.readyToUse"),
+    printcolumn(name = "Memory", type_ = "boolean", json_path = ".status.memory"),
+    printcolumn(name = "Taken", type_ = "date", json_path = ".status.creationTime"),
+    printcolumn(name = "Backend ID", type_ = "string", priority = 1, json_path = ".status.snapshotID"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VMSnapshotSpec {
+    /// The VirtualMachine (same namespace) to snapshot.
+    pub vm_ref: NameRef,
+    /// Include the VM's memory (it must be running), so a revert returns it to running
+    /// where it was. libvirt always includes it for a running VM.
+    #[serde(default)]
+    pub memory: bool,
+    /// Quiesce the guest's file systems first, through guest tools (vSphere) or the QEMU
+    /// guest agent (Proxmox VE); refused where none answers.
+    #[serde(default)]
+    pub quiesce: bool,
+    /// Free text kept with the snapshot on the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Keep this object when its VM is deleted (it is owned by the VM, and deleted with it,
+    /// otherwise). The backend snapshot goes with the VM's backend machine either way; what
+    /// stays is the record of what the VM was (class, image, user-data).
+    #[serde(default)]
+    pub retain_on_vm_deletion: bool,
+}
+
+/// Where a snapshot is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SnapshotPhase {
+    /// Waiting for its VM (not found, not placed yet) or for a slot on its Provider.
+    #[default]
+    Pending,
+    /// Asked of the backend.
+    InProgress,
+    /// Taken: the VM can be reverted to it.
+    Ready,
+    /// Refused, or gone from the backend; the condition says why.
+    Failed,
+}
+
+/// What the VM was when the snapshot was taken.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSource {
+    pub class_ref: NameRef,
+    pub image_ref: NameRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<SecretKeyRef>,
+    /// The Provider the VM ran on (the snapshot lives there).
+    pub provider: String,
+    /// The infrastructure Machine it was taken of, and that machine's UID: a snapshot
+    /// belongs to one backend machine, and a VM moved elsewhere has a new one.
+    pub machine: String,
+    #[serde(rename = "machineUID")]
+    pub machine_uid: String,
+    /// The failure domain the machine was in, as its Provider names it.
+    #[serde(default)]
+    pub failure_domain: String,
+}
+
+/// Observed state of a VMSnapshot.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VMSnapshotStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SnapshotPhase>,
+    /// The VM can be reverted to it, or restored from it.
+    #[serde(default)]
+    pub ready_to_use: bool,
+    /// When the backend took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_time: Option<Time>,
+    /// What it occupies on the backend, where the backend says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Whether it holds the VM's memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+    /// The backend's name for it (a vSphere snapshot id, a Proxmox VE or libvirt snapshot name).
+    #[serde(rename = "snapshotID", default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    /// The VM as it was, and the backend machine the snapshot belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SnapshotSource>,
+    /// Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The name a snapshot is given on the backend: its UID, so a retry after a crash finds
+/// it rather than taking a second (39 characters: within Proxmox VE's 40, and starting
+/// with a letter as it wants).
+pub fn backend_name(uid: &str) -> String {
+    format!("bl-{uid}")
+}
