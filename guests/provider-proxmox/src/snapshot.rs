@@ -100,6 +100,17 @@ fn is_gone(e: &Error) -> bool {
     m.contains("snapshot '") && m.contains("does not exist")
 }
 
+/// A snapshot task error, as `invalid-spec` when the VM can never have one: PVE's "snapshot
+/// feature is not available" means a disk is on storage or in a format that cannot snapshot
+/// (a raw file on a directory storage).
+pub fn cannot_snapshot(e: Error) -> Error {
+    if e.message().contains("snapshot feature is not available") {
+        Error::InvalidSpec(format!("{} (a disk of the VM is on storage or in a format that takes no snapshots)", e.message()))
+    } else {
+        e
+    }
+}
+
 fn snapshots_path(vm: &Vm) -> String {
     format!("{}/snapshot", vm.path())
 }
@@ -180,7 +191,7 @@ pub fn create(config: &ProviderConfig, machine: &MachineRef, request: &SnapshotR
         Ok(()) => {}
         // A create racing this one took it under the same name: it is the one asked for.
         Err(e) if e.message().contains("already used") => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(cannot_snapshot(e)),
     }
     match read(&pve, &vm)?.into_iter().find(|e| e.snapshot.name == request.name) {
         Some(e) => finished(&vm, e),
@@ -300,6 +311,13 @@ mod tests {
         for bad in ["x", "current", "Pending", "1abc", "bad name", "a;b", &"a".repeat(41)] {
             assert!(matches!(check_name(bad), Err(Error::InvalidSpec(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn storage_that_cannot_snapshot_is_invalid_spec() {
+        let e = cannot_snapshot(api::task_error("taking snapshot bl-x of VM 200", "snapshot feature is not available"));
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("takes no snapshots")), "{e:?}");
+        assert!(matches!(cannot_snapshot(api::task_error("x", "VM is locked (backup)")), Error::Unavailable(_)));
     }
 
     #[test]
