@@ -68,6 +68,10 @@
 //!   (`overrule-shutdown=1`), both tasks waited for. Suspend is refused.
 //! - `delete`: power off per the mode, `DELETE …?purge=1&destroy-unreferenced-disks=1`,
 //!   wait for the task; a VM that is not there is success.
+//! - Snapshots ([`snapshot`]): `…/snapshot` (a snapshot already named as asked
+//!   is returned; `vmstate=1` for memory; quiesce needs the guest agent enabled
+//!   and answering), `…/snapshot/{name}/rollback`, `DELETE …/snapshot/{name}`,
+//!   each task waited for; the id is the snapshot's name.
 //! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
 //!   named `image-{vmimage}-{12 hex of its sha256}`: PVE downloads the URL
 //!   (`download-url`, checksum checked) and imports it into a new VM's disk
@@ -75,7 +79,8 @@
 
 use banlieue_sdk::provider::{
     DiskStatus, Driver, FailureDomain, Firmware, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, NicStatus, PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
+    MachineStatus, NicStatus, PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, UserDataFormat, condition,
+    power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
@@ -83,6 +88,7 @@ use serde_json::Value;
 pub mod api;
 pub mod import;
 pub mod pve;
+pub mod snapshot;
 
 use pve::Pve;
 
@@ -789,6 +795,22 @@ impl Driver for Proxmox {
 
     fn delete_image(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
         import::delete(config, request, reference)
+    }
+
+    fn snapshot_create(config: &ProviderConfig, machine: &MachineRef, request: &SnapshotRequest) -> Result<Snapshot> {
+        snapshot::create(config, machine, request)
+    }
+
+    fn snapshot_list(config: &ProviderConfig, machine: &MachineRef) -> Result<Vec<Snapshot>> {
+        snapshot::list(config, machine)
+    }
+
+    fn snapshot_revert(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        snapshot::revert(config, machine, id)
+    }
+
+    fn snapshot_delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        snapshot::delete(config, machine, id)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()> {

@@ -55,6 +55,10 @@
 //!   unreachable (`TaskInProgress`, HTTP 5xx without a SOAP fault, connect
 //!   errors) → `unavailable`; invalid arguments → `invalid-spec`; the message
 //!   names the operation and object and carries vCenter's message.
+//! - Snapshots ([`snapshot`]): `CreateSnapshot_Task` (a snapshot already named
+//!   as asked is returned), `RevertToSnapshot_Task` (`suppressPowerOn`),
+//!   `RemoveSnapshot_Task` (children kept); the id is the snapshot's managed
+//!   object id, the list the VM's `snapshot` tree flattened.
 //! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
 //!   named `image-{vmimage}-{12 hex of its sha256}` through `ImportVApp` and an
 //!   `HttpNfcLease`, the host streaming the VMDK ([`import`]).
@@ -62,13 +66,14 @@
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
     Address, AddressType, Capacity, DiskStatus, Driver, FailureDomain, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, NicStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, UserDataFormat, condition, power_off,
+    MachineStatus, NicStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub mod import;
+pub mod snapshot;
 pub mod soap;
 pub mod vim;
 
@@ -773,6 +778,22 @@ impl Driver for VSphere {
 
     fn delete_image(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
         import::delete(config, request, reference)
+    }
+
+    fn snapshot_create(config: &ProviderConfig, machine: &MachineRef, request: &SnapshotRequest) -> Result<Snapshot> {
+        snapshot::create(config, machine, request)
+    }
+
+    fn snapshot_list(config: &ProviderConfig, machine: &MachineRef) -> Result<Vec<Snapshot>> {
+        snapshot::list(config, machine)
+    }
+
+    fn snapshot_revert(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        snapshot::revert(config, machine, id)
+    }
+
+    fn snapshot_delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
+        snapshot::delete(config, machine, id)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {

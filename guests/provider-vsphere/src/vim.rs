@@ -50,12 +50,16 @@ pub fn fault_error(what: &str, f: &Fault) -> SessionError {
         "InvalidLogin" | "NoPermission" | "NotAuthorized" | "SecurityError" => Error::Denied(msg).into(),
         "ManagedObjectNotFound" | "NotFound" => Error::NotFound(msg).into(),
         "TaskInProgress" | "ResourceInUse" | "HostCommunication" | "HostNotConnected" | "Timedout"
-        | "RequestCanceled" | "SystemError" | "InsufficientResourcesFault" | "ConcurrentAccess" => {
+        | "RequestCanceled" | "SystemError" | "InsufficientResourcesFault" | "ConcurrentAccess" | "SnapshotLocked"
+        | "FileLocked" => {
             Error::Unavailable(msg).into()
         }
         "InvalidArgument" | "InvalidRequest" | "InvalidName" | "InvalidType" | "NotSupported" | "InvalidState"
         | "InvalidPowerState" | "ToolsUnavailable" | "InvalidDeviceSpec" | "FileNotFound" | "DuplicateName"
-        | "InvalidDatastore" | "InvalidCollectorVersion" | "InvalidProperty" => Error::InvalidSpec(msg).into(),
+        | "InvalidDatastore" | "InvalidCollectorVersion" | "InvalidProperty" | "SnapshotDisabled" | "TooManySnapshotLevels"
+        | "SnapshotIncompatibleDeviceInVm" | "MemorySnapshotOnIndependentDisk" | "ApplicationQuiesceFault" => {
+            Error::InvalidSpec(msg).into()
+        }
         _ => Error::Internal(msg).into(),
     }
 }
@@ -220,13 +224,18 @@ impl Vim<'_> {
 
     /// Start a task method and wait for it; returns the task's result, if any.
     pub fn run_task(&self, what: &str, body: &str) -> VResult<Option<Node>> {
+        self.run_task_within(what, body, TASK_TIMEOUT_MS)
+    }
+
+    /// [`Vim::run_task`] for a task that may take up to `timeout_ms`.
+    pub fn run_task_within(&self, what: &str, body: &str, timeout_ms: u64) -> VResult<Option<Node>> {
         let task = self
             .call(what, body)?
             .child("returnval")
             .and_then(Node::as_ref)
             .ok_or_else(|| Error::Internal(format!("{what}: vCenter returned no task")))?;
         let mut outcome: Option<VResult<Option<Node>>> = None;
-        let done = banlieue_sdk::time::wait_until(TASK_TIMEOUT_MS, TASK_POLL_MS, || {
+        let done = banlieue_sdk::time::wait_until(timeout_ms, TASK_POLL_MS, || {
             let info = match self.props(&task, &["info.state", "info.error", "info.result"]) {
                 Ok(i) => i,
                 Err(SessionError::Failed(e)) => return Err(e),
@@ -254,7 +263,7 @@ impl Vim<'_> {
         })?;
         match outcome {
             Some(o) if done => o,
-            _ => Err(Error::Unavailable(format!("{what}: {task} still running after {TASK_TIMEOUT_MS} ms")).into()),
+            _ => Err(Error::Unavailable(format!("{what}: {task} still running after {timeout_ms} ms")).into()),
         }
     }
 }
@@ -289,6 +298,8 @@ mod tests {
         assert!(matches!(f("ManagedObjectNotFound"), SessionError::Failed(Error::NotFound(_))));
         assert!(matches!(f("TaskInProgress"), SessionError::Failed(Error::Unavailable(_))));
         assert!(matches!(f("ToolsUnavailable"), SessionError::Failed(Error::InvalidSpec(_))));
+        assert!(matches!(f("SnapshotLocked"), SessionError::Failed(Error::Unavailable(_))));
+        assert!(matches!(f("TooManySnapshotLevels"), SessionError::Failed(Error::InvalidSpec(_))));
         assert!(matches!(f("SomethingNew"), SessionError::Failed(Error::Internal(_))));
         assert!(is_fault(&f("DuplicateName"), "DuplicateName"));
         assert!(!is_fault(&f("DuplicateName"), "InvalidPowerState"));
