@@ -18,6 +18,10 @@
 # disk or a cdrom), and prints to the console:
 #   banlieue-guest: instance-id=<meta-data instance-id>
 #   banlieue-guest: marker=<text>        for each user-data line `#banlieue-marker: <text>`
+#   banlieue-guest: disk-write=<text>    for a user-data line `#banlieue-disk-write: <text>`:
+#                       the line `banlieue-disk:<text>` written (and flushed) at 40 MiB
+#                       into /dev/vda, past the boot filesystem, so a test can read the
+#                       guest's writes back from the volume (snapshots, reverts)
 #   banlieue-guest: acpid=on|off
 #   banlieue-guest: ready uptime=<s>
 #   banlieue-guest: eth0 address=<ip>/<prefix>   once udhcpc has a lease (asynchronous)
@@ -224,6 +228,7 @@ if [ -n "$seed" ] && { mount -o ro -t vfat "$seed" /mnt/seed 2>/dev/null || moun
         sed -n 's/^#banlieue-marker:[[:space:]]*//p' /run/seed/user-data | while IFS= read -r marker; do
             say "marker=$marker"
         done
+        disk_write=$(sed -n 's/^#banlieue-disk-write:[[:space:]]*//p' /run/seed/user-data | head -1)
         a=$(sed -n 's/^#banlieue-acpid:[[:space:]]*//p' /run/seed/user-data | head -1 | tr -d ' ')
         case $a in off|0|no|false) ACPID=0 ;; on|1|yes|true) ACPID=1 ;; esac
     fi
@@ -231,6 +236,15 @@ else
     say "no cidata seed found"
 fi
 hostname "$host"
+if [ -n "${disk_write:-}" ]; then
+    # conv=fsync: the write reaches the volume (qemu flushes its qcow2 metadata) before
+    # the guest says so.
+    if printf 'banlieue-disk:%s\n' "$disk_write" | dd of=/dev/vda bs=1M seek=40 conv=notrunc,fsync 2>/dev/null; then
+        say "disk-write=$disk_write"
+    else
+        say "disk-write failed"
+    fi
+fi
 
 ip link set lo up
 # A static address from the seed's network-config (one line of JSON, as banlieue writes it)

@@ -295,6 +295,15 @@ impl FakePve {
         self.api("GET", &format!("/nodes/{node}/qemu/{vmid}/config"), &[]).await
     }
 
+    /// A VM's snapshots (`GET …/snapshot`), without the `current` pseudo-entry; and the
+    /// name of the one the VM's present state descends from (that entry's `parent`).
+    pub async fn snapshots(&self, node: &str, vmid: u64) -> Result<(Vec<Value>, Option<String>)> {
+        let data = self.api("GET", &format!("/nodes/{node}/qemu/{vmid}/snapshot"), &[]).await?;
+        let all = data.as_array().cloned().unwrap_or_default();
+        let current = all.iter().find(|s| s["name"] == "current").and_then(|s| s["parent"].as_str()).map(str::to_string);
+        Ok((all.into_iter().filter(|s| s["name"] != "current").collect(), current))
+    }
+
     /// A VM's `status/current`.
     pub async fn vm_status(&self, node: &str, vmid: u64) -> Result<Value> {
         self.api("GET", &format!("/nodes/{node}/qemu/{vmid}/status/current"), &[]).await

@@ -157,6 +157,40 @@ impl Libvirtd {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The domain's snapshots (`virsh snapshot-list --name`), and the current one.
+    pub fn snapshots(&self, domain: &str) -> Result<(Vec<String>, Option<String>)> {
+        let list = self.virsh(&["snapshot-list", domain, "--name"])?;
+        let mut names: Vec<String> = list.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        names.sort();
+        let current = self.virsh(&["snapshot-current", domain, "--name"]).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        Ok((names, current))
+    }
+
+    /// `len` bytes at `offset` of the domain's volume `volume` as its guest sees them (the
+    /// qcow2's present state, not its snapshots), read with `qemu-img dd` from the volume's
+    /// path; `-U`: also while the domain runs.
+    pub fn read_volume(&self, volume: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let path = self.virsh(&["vol-path", "--pool", &self.pool, volume])?.trim().to_string();
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("slice.raw");
+        let block = 4096u64;
+        // qemu-img dd's `count` is where the input ends (in blocks), not how many it copies.
+        let (skip, count) = (offset / block, (offset + len as u64).div_ceil(block));
+        let run = Command::new("timeout")
+            .args(["60", "qemu-img", "dd", "-U", "-f", "qcow2", "-O", "raw", &format!("bs={block}"), &format!("skip={skip}"), &format!("count={count}")])
+            .arg(format!("if={path}"))
+            .arg(format!("of={}", out.display()))
+            .output()
+            .context("running qemu-img dd")?;
+        // qemu-img dd may say what went wrong and still exit 0.
+        if !run.status.success() || !run.stderr.is_empty() {
+            bail!("qemu-img dd of {path}: {}", String::from_utf8_lossy(&run.stderr).trim());
+        }
+        let bytes = std::fs::read(&out)?;
+        let start = (offset % block) as usize;
+        Ok(bytes.get(start..start + len).unwrap_or_default().to_vec())
+    }
+
     /// Remove a domain and the pool's volumes starting with `prefix` (cleanup after a failed test).
     pub fn remove(&self, domain: &str, prefix: &str) {
         let _ = self.virsh(&["destroy", domain]);

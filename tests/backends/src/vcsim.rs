@@ -241,6 +241,26 @@ impl Vcsim {
             .and_then(|n| child_text(n, "value")))
     }
 
+    /// A VM's snapshots as vSphere holds them (`snapshot.rootSnapshotList`, depth first):
+    /// (snapshot moref value, name), and the moref of `snapshot.currentSnapshot`.
+    pub async fn snapshots(&self, vm: &str) -> anyhow::Result<(Vec<(String, String)>, Option<String>)> {
+        let xml = self.call(&props_request("VirtualMachine", vm, &["snapshot"])).await?;
+        let doc = roxmltree::Document::parse(&xml)?;
+        let child = |n: roxmltree::Node, name: &str| n.children().find(|c| c.has_tag_name(name)).and_then(|c| c.text()).map(str::to_string);
+        let tree = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("rootSnapshotList") || n.has_tag_name("childSnapshotList"))
+            .filter_map(|n| Some((child(n, "snapshot")?, child(n, "name")?)))
+            .collect();
+        let current = doc.descendants().find(|n| n.has_tag_name("currentSnapshot")).and_then(|n| n.text()).map(str::to_string).filter(|c| !c.is_empty());
+        Ok((tree, current))
+    }
+
+    /// Remove a snapshot outside banlieue (`RemoveSnapshot_Task`), as an operator would by hand.
+    pub async fn remove_snapshot_outside(&self, snapshot: &str) -> anyhow::Result<()> {
+        self.task_on("VirtualMachineSnapshot", snapshot, "RemoveSnapshot_Task", "<removeChildren>false</removeChildren>").await
+    }
+
     /// What vcsim logged (a fault it hit says why).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
@@ -305,17 +325,22 @@ impl Vcsim {
 
     /// A task method on a VM with `args` (XML, after `_this`), waited for.
     async fn task_with(&self, method: &str, vm: &str, args: &str) -> anyhow::Result<()> {
-        let body = format!("<{method} xmlns=\"urn:vim25\"><_this type=\"VirtualMachine\">{}</_this>{args}</{method}>", esc(vm));
+        self.task_on("VirtualMachine", vm, method, args).await
+    }
+
+    /// A task method on object `obj` of type `kind`, waited for.
+    async fn task_on(&self, kind: &str, obj: &str, method: &str, args: &str) -> anyhow::Result<()> {
+        let body = format!("<{method} xmlns=\"urn:vim25\"><_this type=\"{kind}\">{}</_this>{args}</{method}>", esc(obj));
         let task = texts(&self.call(&body).await?, "returnval")?.into_iter().next().ok_or_else(|| anyhow!("no task"))?;
         for _ in 0..300 {
             let xml = self.call(&props_request("Task", &task, &["info.state"])).await?;
             match texts(&xml, "val")?.first().map(String::as_str) {
                 Some("success") => return Ok(()),
-                Some("error") => bail!("{method} {vm} failed: {xml}"),
+                Some("error") => bail!("{method} {obj} failed: {xml}"),
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
-        bail!("{method} {vm} did not finish")
+        bail!("{method} {obj} did not finish")
     }
 
     /// Take every virtual disk off a VM (their files stay): what a clone that failed

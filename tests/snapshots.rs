@@ -1,0 +1,391 @@
+//! Snapshots end to end through the control plane (VMSnapshot reconciler, the VM's
+//! `spec.revertTo`, the Machine, the Wasm drivers) on the real backends, each checked on the
+//! backend's own API: vcsim's snapshot tree over vim25, fakepve's snapshot list and tasks over
+//! the PVE API, libvirtd's `virsh snapshot-list` — and, on libvirtd, the bytes the booting
+//! guest wrote to its disk, read back from the volume.
+
+use std::time::{Duration, Instant};
+
+use banlieue_api::common::PowerState;
+use banlieue_api::snapshot::SnapshotPhase;
+use banlieue_api::vm::RevertPhase;
+use banlieue_api::{VMSnapshot, VirtualMachine};
+use banlieue_test_backends::fakepve::FakePve;
+use banlieue_test_backends::libvirtd::Libvirtd;
+use banlieue_test_backends::vcsim::{self, Vcsim};
+use banlieue_tests::backends::{names, proxmox_fixtures, pve_vm, secret, vm, vm_class, vsphere_fixtures, Names, PveEndpoint, VCENTER};
+use banlieue_tests::control::{wait_for, ControlPlane};
+use banlieue_tests::{await_deleted, TestEnv};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+fn snapshot(env: &TestEnv, name: &str, vm: &str, extra: Value) -> Value {
+    let mut spec = json!({"vmRef": {"name": vm}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshot", "metadata": {"name": name, "namespace": env.ns}, "spec": spec})
+}
+
+fn phase(s: Option<&VMSnapshot>) -> Option<SnapshotPhase> {
+    s?.status.as_ref()?.phase
+}
+
+/// The snapshot's `Ready` condition: (reason, message).
+fn ready_reason(s: Option<&VMSnapshot>) -> Option<(String, String)> {
+    let c = s?.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.reason.clone(), c.message.clone()))
+}
+
+async fn taken(snaps: &Api<VMSnapshot>, name: &str) -> anyhow::Result<VMSnapshot> {
+    wait_for(snaps, name, 120, "Ready", |s: Option<&VMSnapshot>| phase(s) == Some(SnapshotPhase::Ready)).await
+}
+
+/// Wait for the snapshot to say `reason` (and stay in `phase`).
+async fn refused(snaps: &Api<VMSnapshot>, name: &str, want: SnapshotPhase, reason: &'static str) -> anyhow::Result<String> {
+    let s = wait_for(snaps, name, 60, reason, move |s: Option<&VMSnapshot>| phase(s) == Some(want) && ready_reason(s).is_some_and(|(r, _)| r == reason)).await?;
+    Ok(ready_reason(Some(&s)).map(|(_, m)| m).unwrap_or_default())
+}
+
+fn snapshot_id(s: &VMSnapshot) -> String {
+    s.status.as_ref().and_then(|st| st.snapshot_id.clone()).unwrap_or_default()
+}
+
+fn is_ready(vm: Option<&VirtualMachine>) -> bool {
+    vm.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn machine_uid(vm: &VirtualMachine) -> String {
+    vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default()
+}
+
+/// The VM's `Reverted` condition: (status, reason, message).
+fn reverted(vm: Option<&VirtualMachine>) -> Option<(String, String, String)> {
+    let c = vm?.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Reverted")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Wait for the VM to be back at `snapshot` and Ready in `power`.
+async fn reverted_to(vms: &Api<VirtualMachine>, name: &str, snapshot: &'static str, power: PowerState, secs: u64) -> anyhow::Result<VirtualMachine> {
+    wait_for(vms, name, secs, "reverted and Ready", move |v: Option<&VirtualMachine>| {
+        let done = v.and_then(|v| v.status.as_ref()?.revert.as_ref()).is_some_and(|r| r.snapshot == snapshot && r.phase == RevertPhase::Reverted);
+        done && is_ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(power)
+    })
+    .await
+}
+
+async fn patch_spec(vms: &Api<VirtualMachine>, name: &str, spec: Value) -> anyhow::Result<()> {
+    vms.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec }))).await?;
+    Ok(())
+}
+
+/// Any change to the object wakes its reconciler (its periodic look at the backend is minutes away).
+async fn nudge(snaps: &Api<VMSnapshot>, name: &str) -> anyhow::Result<()> {
+    let at = format!("{:?}", Instant::now());
+    snaps.patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"test/nudge": at}}}))).await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// vSphere
+
+#[tokio::test]
+async fn on_vsphere_snapshots_are_taken_reverted_to_and_deleted_on_the_vms_snapshot_tree() -> anyhow::Result<()> {
+    let env = TestEnv::start("snap-vsphere").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
+    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("the VM on vcsim");
+
+    env.apply(snapshot(&env, "before", "web", json!({"memory": true, "description": "before the upgrade"}))).await?;
+    let before = taken(&snaps, "before").await?;
+    let (tree, current) = vc.snapshots(&moref).await?;
+    assert_eq!(tree, [(snapshot_id(&before), format!("bl-{}", before.uid().unwrap()))], "vSphere's tree holds it under the VMSnapshot's UID");
+    assert_eq!(current.as_deref(), Some(snapshot_id(&before).as_str()));
+    let st = before.status.as_ref().unwrap();
+    assert_eq!(st.memory, Some(true));
+    assert!(st.ready_to_use && st.creation_time.is_some());
+    let source = st.source.as_ref().expect("what the VM was");
+    assert_eq!((source.class_ref.name.as_str(), source.image_ref.name.as_str(), source.provider.as_str()), (n.vm_class.as_str(), n.image.as_str(), VCENTER));
+    assert_eq!(before.owner_references().first().map(|o| o.name.as_str()), Some("web"), "owned by its VM");
+
+    env.apply(snapshot(&env, "after", "web", json!({}))).await?;
+    let after = taken(&snaps, "after").await?;
+    assert_eq!(vc.snapshots(&moref).await?.1.as_deref(), Some(snapshot_id(&after).as_str()));
+
+    // Revert: vSphere's current snapshot is the one reverted to, and the VM runs again.
+    patch_spec(&vms, "web", json!({"revertTo": "before"})).await?;
+    let back = reverted_to(&vms, "web", "before", PowerState::PoweredOn, 90).await?;
+    assert_eq!(vc.snapshots(&moref).await?.1.as_deref(), Some(snapshot_id(&before).as_str()), "vSphere's current snapshot");
+    assert_eq!(vc.power_state(&moref).await?, "poweredOn");
+    assert_eq!(reverted(Some(&back)).map(|(s, r, _)| (s, r)), Some(("True".to_string(), "Reverted".to_string())));
+    assert_eq!(machine_uid(&back), machine_uid(&web), "the same machine: a revert keeps the VM's identity");
+
+    // Delete one: gone from the tree, the other kept.
+    snaps.delete("after", &DeleteParams::default()).await?;
+    await_deleted(&snaps, "after").await?;
+    let (tree, _) = vc.snapshots(&moref).await?;
+    assert_eq!(tree.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), [snapshot_id(&before)]);
+
+    // Deleted on vSphere by hand: Failed, never taken again.
+    vc.remove_snapshot_outside(&snapshot_id(&before)).await?;
+    nudge(&snaps, "before").await?;
+    let message = refused(&snaps, "before", SnapshotPhase::Failed, "NotFoundOnBackend").await?;
+    assert!(message.contains(&snapshot_id(&before)), "{message}");
+    assert!(vc.snapshots(&moref).await?.0.is_empty(), "not taken again");
+    assert!(!snaps.get("before").await?.status.unwrap().ready_to_use);
+
+    // The VM's deletion takes its snapshots.
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
+    await_deleted(&snaps, "before").await?;
+    assert_eq!(vc.find_vm(&machine_uid(&web)).await?, None);
+    Ok(())
+}
+
+/// What cannot be snapshotted or reverted to is refused with a condition naming the field,
+/// and nothing is made on the backend.
+#[tokio::test]
+async fn bad_snapshots_and_reverts_are_refused_naming_the_field_and_make_nothing() -> anyhow::Result<()> {
+    let env = TestEnv::start("snap-bad").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+
+    // No such VM: pending, saying so; taken once the VM exists.
+    env.apply(snapshot(&env, "early", "late", json!({}))).await?;
+    let message = refused(&snaps, "early", SnapshotPhase::Pending, "VMNotFound").await?;
+    assert!(message.starts_with("spec.vmRef:"), "{message}");
+
+    env.apply(vm(&env, "off", &n, VCENTER, json!({"desiredPowerState": "PoweredOff"}))).await?;
+    env.apply(vm(&env, "other", &n, VCENTER, json!({"desiredPowerState": "PoweredOff"}))).await?;
+    let off = wait_for(&vms, "off", 90, "Ready", is_ready).await?;
+    wait_for(&vms, "other", 90, "Ready", is_ready).await?;
+    let moref = vc.find_vm(&machine_uid(&off)).await?.expect("on vcsim");
+
+    // Memory of a powered-off VM; quiesce without guest tools running (the driver's check).
+    env.apply(snapshot(&env, "with-memory", "off", json!({"memory": true}))).await?;
+    let message = refused(&snaps, "with-memory", SnapshotPhase::Failed, "InvalidSpec").await?;
+    assert!(message.starts_with("spec.memory:"), "{message}");
+    env.apply(snapshot(&env, "quiesced", "off", json!({"quiesce": true}))).await?;
+    let message = refused(&snaps, "quiesced", SnapshotPhase::Failed, "InvalidSpec").await?;
+    assert!(message.contains("spec.quiesce"), "{message}");
+    assert!(vc.snapshots(&moref).await?.0.is_empty(), "nothing made on vSphere");
+
+    // Reverts: to a snapshot of another VM, to one that failed, to one that does not exist.
+    env.apply(snapshot(&env, "of-other", "other", json!({}))).await?;
+    taken(&snaps, "of-other").await?;
+    for (target, reason, words) in [("of-other", "InvalidRevert", "VirtualMachine \"other\""), ("with-memory", "SnapshotNotReady", "Failed"), ("nowhere", "InvalidRevert", "not found")] {
+        patch_spec(&vms, "off", json!({"revertTo": target})).await?;
+        let v = wait_for(&vms, "off", 60, reason, move |v: Option<&VirtualMachine>| reverted(v).is_some_and(|(s, r, _)| s == "False" && r == reason)).await?;
+        let (_, _, message) = reverted(Some(&v)).unwrap();
+        assert!(message.starts_with("spec.revertTo:") && message.contains(words), "{message}");
+        assert!(is_ready(Some(&v)), "the VM itself is unaffected");
+    }
+    assert!(vc.snapshots(&moref).await?.0.is_empty());
+
+    // A driver built for the contract before snapshots: its VMs run, their snapshots are refused.
+    let legacy = names(&env, "legacy");
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": legacy.provider_class},
+               "spec": {"component": {"source": "builtin:provider-legacy"}, "infrastructureKind": "Legacy"}}),
+        vm_class(&legacy.vm_class, 1, 512, 1, "standard", 5),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": legacy.image},
+               "spec": {"sources": [{"providerClass": legacy.provider_class, "template": "t"}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "old", "namespace": env.ns},
+               "spec": {"providerClassRef": {"name": legacy.provider_class}, "connection": {"endpoint": "legacy://"},
+                        "capabilities": {"storageClasses": {"standard": "s"}, "networkClasses": {"default": "n"}}}}),
+    ] {
+        env.apply(object).await?;
+    }
+    env.apply(vm(&env, "old-vm", &legacy, "old", json!({}))).await?;
+    wait_for(&vms, "old-vm", 90, "Ready on the 0.5.0 driver", is_ready).await?;
+    env.apply(snapshot(&env, "of-old", "old-vm", json!({}))).await?;
+    let message = refused(&snaps, "of-old", SnapshotPhase::Failed, "SnapshotsUnsupported").await?;
+    assert!(message.contains("banlieue:provider 0.6.0") && message.contains("0.5.0"), "{message}");
+    Ok(())
+}
+
+/// A control plane killed between the backend taking a snapshot and the status saying so
+/// takes no second one: the restarted one finds it by the VMSnapshot's UID. The window is
+/// made certain, not raced: a proxy lets vSphere take the snapshot and loses its answer.
+#[tokio::test]
+async fn a_kill_between_the_backend_taking_a_snapshot_and_the_status_write_makes_no_second_one() -> anyhow::Result<()> {
+    use banlieue_test_backends::fault_proxy::{Fault, FaultProxy};
+    let env = TestEnv::start("snap-kill").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let proxy = FaultProxy::start(&vc.url).await?;
+    let cp = ControlPlane::start(&env)?;
+    let n = banlieue_tests::backends::vsphere_fixtures_at(&env, &proxy.url_for(&vc.url), vcsim::PASSWORD).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
+    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("on vcsim");
+
+    proxy.set_when(|r| r.op.as_deref() == Some("CreateSnapshot_Task"), Fault::ForwardThenFail(503));
+    env.apply(snapshot(&env, "crashy", "web", json!({}))).await?;
+    let uid = wait_for(&snaps, "crashy", 30, "exists", |s: Option<&VMSnapshot>| s.is_some()).await?.uid().expect("uid");
+    let name = format!("bl-{uid}");
+    // vcsim has no watch: poll its tree (bounded) for the snapshot its lost answer made.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !vc.snapshots(&moref).await?.0.iter().any(|(_, n)| *n == name) {
+        anyhow::ensure!(Instant::now() < deadline, "no snapshot {name} appeared on vcsim within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cp.kill();
+    let at_kill = snaps.get("crashy").await?;
+    assert_ne!(phase(Some(&at_kill)), Some(SnapshotPhase::Ready), "killed before the status said it was taken");
+    proxy.clear();
+
+    let _cp = ControlPlane::start(&env)?;
+    let s = taken(&snaps, "crashy").await?;
+    let (tree, _) = vc.snapshots(&moref).await?;
+    assert_eq!(tree.iter().filter(|(_, n)| *n == name).count(), 1, "exactly one snapshot on vSphere: {tree:?}");
+    assert_eq!(tree.len(), 1, "{tree:?}");
+    assert_eq!(tree[0].0, snapshot_id(&s), "the one taken before the kill, adopted");
+    let creates = proxy.log().iter().filter(|r| r.op.as_deref() == Some("CreateSnapshot_Task")).count();
+    assert_eq!(creates, 1, "vSphere was asked once");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Proxmox VE
+
+#[tokio::test]
+async fn on_proxmox_snapshots_are_taken_rolled_back_to_and_deleted_in_the_vms_snapshot_list() -> anyhow::Result<()> {
+    let env = TestEnv::start("snap-pve").await?;
+    env.install_crds().await?;
+    let pve = FakePve::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = proxmox_fixtures(&env, &pve, &pve.password, PveEndpoint::Https).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(pve_vm(&env, "web", &n, json!({}))).await?;
+    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let [on_pve] = pve.vms_tagged(&machine_uid(&web)).await?.try_into().map_err(|v| anyhow::anyhow!("one VM: {v:?}"))?;
+
+    env.apply(snapshot(&env, "before", "web", json!({"description": "before the upgrade"}))).await?;
+    let before = taken(&snaps, "before").await?;
+    let (list, current) = pve.snapshots(&on_pve.node, on_pve.vmid).await?;
+    let before_name = format!("bl-{}", before.uid().unwrap());
+    assert_eq!(list.iter().map(|s| s["name"].as_str().unwrap_or("")).collect::<Vec<_>>(), [before_name.as_str()]);
+    assert_eq!(list[0]["description"], "before the upgrade");
+    assert_eq!(snapshot_id(&before), before_name, "PVE's id is the name");
+    assert_eq!(current.as_deref(), Some(before_name.as_str()));
+
+    env.apply(snapshot(&env, "after", "web", json!({}))).await?;
+    let after = taken(&snaps, "after").await?;
+    assert_eq!(pve.snapshots(&on_pve.node, on_pve.vmid).await?.1, Some(snapshot_id(&after)));
+
+    // Revert: a rollback task on the node, the VM's current snapshot, and the VM running again.
+    patch_spec(&vms, "web", json!({"revertTo": "before"})).await?;
+    reverted_to(&vms, "web", "before", PowerState::PoweredOn, 90).await?;
+    assert_eq!(pve.snapshots(&on_pve.node, on_pve.vmid).await?.1.as_deref(), Some(before_name.as_str()));
+    let rollbacks = pve.tasks(&on_pve.node).await?.into_iter().filter(|t| t["type"] == "qmrollback" && t["id"] == on_pve.vmid.to_string()).count();
+    assert_eq!(rollbacks, 1, "one rollback task for the VM");
+    assert_eq!(pve.vm_status(&on_pve.node, on_pve.vmid).await?["status"], "running");
+
+    snaps.delete("after", &DeleteParams::default()).await?;
+    await_deleted(&snaps, "after").await?;
+    let (list, _) = pve.snapshots(&on_pve.node, on_pve.vmid).await?;
+    assert_eq!(list.iter().map(|s| s["name"].as_str().unwrap_or("")).collect::<Vec<_>>(), [before_name.as_str()]);
+
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
+    await_deleted(&snaps, "before").await?;
+    assert!(pve.vms_tagged(&machine_uid(&web)).await?.is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// libvirtd + qemu
+
+const KVM: &str = "kvm";
+/// Bound on a TCG boot (~15 s alone; two cores shared by parallel tests).
+const BOOT_SECS: u64 = 180;
+/// Where the test guest writes `#banlieue-disk-write` (tests/backends/libvirtd/build-guest.sh).
+const DISK_WRITE_OFFSET: u64 = 40 << 20;
+
+async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
+    let n = names(env, "libvirt");
+    for object in [
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": n.provider_class},
+               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
+        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
+               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": KVM, "namespace": env.ns},
+               "spec": {"providerClassRef": {"name": n.provider_class}, "connection": {"endpoint": lv.uri},
+                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
+    ] {
+        env.apply(object).await?;
+    }
+    Ok(n)
+}
+
+/// A revert on libvirtd brings the guest's disk back: what the booting guest wrote after the
+/// snapshot is gone from the volume (read back from the qcow2's present state).
+#[tokio::test]
+async fn on_libvirtd_a_revert_takes_back_what_the_guest_wrote_after_the_snapshot() -> anyhow::Result<()> {
+    let env = TestEnv::start("snap-kvm").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let domain = format!("{}_web", env.ns);
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: domain.clone(), volumes: vec![] };
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    let marker = format!("written-after-the-snapshot-{}", env.ns);
+    env.apply(secret(&env, "web-user-data", &[("user-data", &format!("#cloud-config\n#banlieue-disk-write: {marker}\n"))])).await?;
+    env.apply(vm(&env, "web", &n, KVM, json!({"desiredPowerState": "PoweredOff", "userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    wait_for(&vms, "web", 90, "Ready, powered off", is_ready).await?;
+    let volume = format!("{domain}_root.qcow2");
+    let written = |lv: &Libvirtd| -> anyhow::Result<bool> {
+        let bytes = lv.read_volume(&volume, DISK_WRITE_OFFSET, 256)?;
+        Ok(String::from_utf8_lossy(&bytes).contains(&format!("banlieue-disk:{marker}")))
+    };
+    assert!(!written(lv)?, "a new disk holds no marker");
+
+    env.apply(snapshot(&env, "clean", "web", json!({}))).await?;
+    let clean = taken(&snaps, "clean").await?;
+    let name = format!("bl-{}", clean.uid().unwrap());
+    assert_eq!(lv.snapshots(&domain)?, (vec![name.clone()], Some(name.clone())), "virsh snapshot-list");
+    assert_eq!(clean.status.as_ref().and_then(|s| s.memory), Some(false), "a shut-off domain's snapshot holds no memory");
+
+    // The guest boots and writes its marker after the snapshot.
+    patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOn"})).await?;
+    banlieue_tests::within(BOOT_SECS, async {
+        while !lv.serial_log(&domain).contains(&format!("banlieue-guest: disk-write={marker}")) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the guest did not write its marker: {}", lv.serial_log(&domain)))?;
+    assert!(written(lv)?, "the guest's write is on the volume");
+
+    // Revert (and stay off, so the guest does not write again): the write is gone.
+    patch_spec(&vms, "web", json!({"revertTo": "clean", "desiredPowerState": "PoweredOff"})).await?;
+    reverted_to(&vms, "web", "clean", PowerState::PoweredOff, 120).await?;
+    assert_eq!(lv.state(&domain)?, "shut off");
+    assert_eq!(lv.snapshots(&domain)?.1.as_deref(), Some(name.as_str()), "libvirt's current snapshot");
+    assert!(!written(lv)?, "what the guest wrote after the snapshot is gone from the volume");
+
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
+    await_deleted(&snaps, "clean").await?;
+    assert!(lv.domains(&domain)?.is_empty());
+    assert_eq!(lv.volumes(&format!("{domain}_"))?, Vec::<String>::new());
+    Ok(())
+}
