@@ -50,6 +50,10 @@ pub trait Driver {
     fn snapshot_revert(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
         Err(no_snapshots(machine))
     }
+    /// Make `machine` as a copy of `source` at its snapshot `snapshot_id` (idempotent by UID).
+    fn snapshot_clone(_config: &ProviderConfig, machine: &Machine, _source: &MachineRef, _snapshot_id: &str, _linked: bool) -> Result<MachineStatus> {
+        Err(Error::InvalidSpec(format!("this driver does not restore snapshots into new machines (machine {})", machine.name)))
+    }
     /// Remove snapshot `id`; already gone is success.
     fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
         Err(no_snapshots(machine))
@@ -198,6 +202,9 @@ macro_rules! export_provider {
                 }
                 fn snapshot_revert(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
                     D::snapshot_revert(&config, &machine, &id)
+                }
+                fn snapshot_clone(config: wit::ProviderConfig, machine: wit::Machine, source: wit::MachineRef, snapshot_id: ::std::string::String, linked: bool) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::snapshot_clone(&config, &machine, &source, &snapshot_id, linked)
                 }
                 fn snapshot_delete(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
                     D::snapshot_delete(&config, &machine, &id)

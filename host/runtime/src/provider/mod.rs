@@ -160,6 +160,12 @@ impl ProviderDriver {
         call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_revert(&mut store, config, machine, id).await)
     }
 
+    pub async fn snapshot_clone(&self, config: &ProviderConfig, machine: &Machine, source: &MachineRef, snapshot_id: &str, linked: bool, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        let st = call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_clone(&mut store, config, machine, source, snapshot_id, linked).await)?;
+        validate::machine_status("snapshot-clone", &st)?;
+        Ok(st)
+    }
+
     pub async fn snapshot_delete(&self, config: &ProviderConfig, machine: &MachineRef, id: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
         call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_delete(&mut store, config, machine, id).await)
     }
