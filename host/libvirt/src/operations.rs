@@ -133,6 +133,15 @@ impl Libvirt {
         self.with_domain("snapshot-create", domain, move |d| snapshot_info(&DomainSnapshot::create_xml(d, &xml, 0)?)).await
     }
 
+    /// Record a snapshot's metadata on the domain without taking it (`<domainsnapshot>` as
+    /// another domain's snapshot describes it): for disks copied with their internal
+    /// snapshots, so the domain can be reverted to one.
+    pub async fn snapshot_redefine(&self, domain: &str, xml: String) -> Result<SnapshotInfo> {
+        check_c_string("snapshot XML", &xml)?;
+        self.with_domain("snapshot-redefine", domain, move |d| snapshot_info(&DomainSnapshot::create_xml(d, &xml, sys::VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE)?))
+            .await
+    }
+
     /// The domain's snapshots, oldest first (libvirt lists them in no promised order).
     pub async fn snapshot_list(&self, domain: &str) -> Result<Vec<SnapshotInfo>> {
         self.with_domain("snapshot-list", domain, |d| {
@@ -173,6 +182,21 @@ impl Libvirt {
         self.run("volume-create", move |c| {
             let pool = StoragePool::lookup_by_name(c, &pool)?;
             volume_info(&StorageVol::create_xml(&pool, &xml, 0)?)
+        })
+        .await
+    }
+
+    /// Create a volume in `pool` from volume XML as a full copy of volume `source` of the
+    /// same pool (`virStorageVolCreateXMLFrom`): a qcow2's internal snapshots come along.
+    pub async fn volume_clone(&self, pool: &str, source: &str, xml: String) -> Result<VolumeInfo> {
+        check_c_string("pool name", pool)?;
+        check_c_string("volume name", source)?;
+        check_c_string("volume XML", &xml)?;
+        let (pool, source) = (pool.to_string(), source.to_string());
+        self.run("volume-clone", move |c| {
+            let pool = StoragePool::lookup_by_name(c, &pool)?;
+            let from = StorageVol::lookup_by_name(&pool, &source)?;
+            volume_info(&StorageVol::create_xml_from(&pool, &xml, &from, 0)?)
         })
         .await
     }

@@ -119,6 +119,9 @@ impl wit::Host for HostState {
     async fn snapshot_create(&mut self, domain: String, xml: String) -> Result<wit::SnapshotInfo, WitError> {
         self.libvirt()?.snapshot_create(&domain, xml).await.map(snapshot).map_err(err)
     }
+    async fn snapshot_redefine(&mut self, domain: String, xml: String) -> Result<wit::SnapshotInfo, WitError> {
+        self.libvirt()?.snapshot_redefine(&domain, xml).await.map(snapshot).map_err(err)
+    }
     async fn snapshot_list(&mut self, domain: String) -> Result<Vec<wit::SnapshotInfo>, WitError> {
         self.libvirt()?.snapshot_list(&domain).await.map(|v| v.into_iter().map(snapshot).collect()).map_err(err)
     }
@@ -130,6 +133,9 @@ impl wit::Host for HostState {
     }
     async fn volume_create(&mut self, pool: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
         self.libvirt()?.volume_create(&pool, xml).await.map(volume).map_err(err)
+    }
+    async fn volume_clone(&mut self, pool: String, source: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
+        self.libvirt()?.volume_clone(&pool, &source, xml).await.map(volume).map_err(err)
     }
     async fn volume_upload(&mut self, pool: String, name: String, bytes: Vec<u8>) -> Result<(), WitError> {
         self.libvirt()?.volume_upload(&pool, &name, bytes).await.map_err(err)
