@@ -16,6 +16,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         crate::ProviderClass::crd(),
         crate::PlacementPolicy::crd(),
         crate::VMSnapshot::crd(),
+        crate::VMSnapshotSchedule::crd(),
     ]
     .into_iter()
     .map(without_nullable_objects)

@@ -12,7 +12,7 @@ pub mod vm;
 pub use class::{VMClass, VMClassSpec, VMImage, VMImageSpec};
 pub use infra::{infrastructure_crds, InfraMachine, InfraMachineSpec};
 pub use provider::{PlacementPolicy, Provider, ProviderClass, ProviderSpec};
-pub use snapshot::{VMSnapshot, VMSnapshotSpec};
+pub use snapshot::{VMSnapshot, VMSnapshotSchedule, VMSnapshotSpec};
 pub use vm::{VirtualMachine, VirtualMachinePool, VirtualMachineSpec};
 
 /// API group of the user-facing kinds.

@@ -1,6 +1,6 @@
 //! `VMSnapshot`: a point a VM can go back to, taken on its backend.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -122,3 +122,113 @@ pub struct VMSnapshotStatus {
 pub fn backend_name(uid: &str) -> String {
     format!("bl-{uid}")
 }
+
+/// Snapshots of the VMs a selector picks, on a cron schedule, with retention.
+///
+/// A schedule of its own, not a field of each VM: one object gives a pool (by its label) or
+/// any set of VMs the same snapshots, its status says how each run went, and a VM's spec
+/// stays what the VM is.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "VMSnapshotSchedule",
+    namespaced,
+    status = "VMSnapshotScheduleStatus",
+    shortname = "vmsnapsched",
+    category = "banlieue",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "Snapshots of the VirtualMachines a selector picks, on a cron schedule in a time zone, with retention.",
+    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+    printcolumn(name = "TimeZone", type_ = "string", json_path = ".spec.timeZone"),
+    printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime"),
+    printcolumn(name = "Next", type_ = "string", json_path = ".status.nextScheduleTime"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VMSnapshotScheduleSpec {
+    /// When: cron's five fields (`0 2 * * *`: 02:00 every day), six with seconds first, or
+    /// `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`.
+    pub schedule: String,
+    /// The IANA time zone the schedule is read in (`Europe/Paris`); UTC when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// The VirtualMachines (of this namespace) to snapshot: a pool's label, or any.
+    pub selector: LabelSelector,
+    /// How many of each VM's snapshots to keep, and for how long.
+    pub retention: Retention,
+    /// At most this many of the schedule's snapshots being taken at once on one Provider
+    /// (the others of a run wait their turn). Default 4.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight_per_provider: u32,
+    /// Include each running VM's memory (see VMSnapshot `spec.memory`; a VM that is off
+    /// gets a snapshot of its disks).
+    #[serde(default)]
+    pub memory: bool,
+    /// Quiesce each guest first (see VMSnapshot `spec.quiesce`).
+    #[serde(default)]
+    pub quiesce: bool,
+    /// Take no snapshots (retention still applies). A run missed meanwhile is not caught up.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+fn default_in_flight() -> u32 {
+    4
+}
+
+/// Which of a VM's scheduled snapshots are kept: the newest `keepLast` Ready ones, none
+/// older than `maxAge`; either or both.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retention {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_last: Option<u32>,
+    /// A duration: `36h`, `7d`, `2w`, `1d 12h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+}
+
+/// Observed state of a VMSnapshotSchedule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VMSnapshotScheduleStatus {
+    /// The latest scheduled time a run was started for (a control plane that was down over
+    /// several starts the latest one only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// When the next run starts, in the schedule's time zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<String>,
+    /// How the latest run is going.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunStatus>,
+    /// Ready: the schedule is valid and running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One run of a schedule: the VMs it covers and where their snapshots are.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    pub schedule_time: Time,
+    /// VMs the selector picked.
+    pub vms: u32,
+    pub ready: u32,
+    /// Taken or waiting for a slot on their Provider.
+    pub in_progress: u32,
+    pub failed: u32,
+    /// VMs whose snapshot is not made yet (their Provider has `maxInFlightPerProvider` under way).
+    pub waiting: u32,
+}
+
+/// The label on a scheduled snapshot naming its schedule.
+pub const SCHEDULE_LABEL: &str = "banlieue.io/snapshot-schedule";
+/// The annotation on a scheduled snapshot saying which run made it (RFC 3339).
+pub const SCHEDULED_AT_ANNOTATION: &str = "banlieue.io/scheduled-at";

@@ -1,4 +1,4 @@
-//! One module per reconciled kind. Role `controller`: [`virtualmachine`], [`pool`],
+//! One module per reconciled kind. Role `controller`: [`virtualmachine`], [`pool`], [`snapshotschedule`],
 //! [`capi`]. Role `provider`: [`machine`], [`provider_probe`], [`in_use`], [`vmsnapshot`]. Role
 //! `operator`: [`operator`] (ProviderClasses and PlacementPolicies). Role
 //! `imagebuilder`: [`vmimage`].
@@ -9,6 +9,7 @@ pub mod machine;
 pub mod operator;
 pub mod pool;
 pub mod provider_probe;
+pub mod snapshotschedule;
 pub mod virtualmachine;
 pub mod vmimage;
 pub mod vmsnapshot;

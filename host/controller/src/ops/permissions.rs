@@ -93,6 +93,10 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(IPAM, &["ipaddresses"], &["get"]),
             // A VM's `spec.revertTo` names a snapshot; a snapshot's change wakes its VM.
             rule(BANLIEUE, &["vmsnapshots"], READ),
+            // Schedules make their runs' snapshots and delete those retention drops.
+            rule(BANLIEUE, &["vmsnapshots"], &["create", "delete"]),
+            rule(BANLIEUE, &["vmsnapshotschedules"], WATCH),
+            rule(BANLIEUE, &["vmsnapshotschedules/status"], &["patch"]),
         ],
         Role::Provider => vec![
             // Read from caches (the machine path looks its Provider up there).
