@@ -176,3 +176,56 @@ async fn without_banlieue_installed_it_says_so_and_completion_scripts_print() ->
     assert_eq!(code, 2, "bad usage: {err}");
     Ok(())
 }
+
+/// `kubectl vm snapshot|snapshots|revert`: what each made is checked on libvirt's own
+/// snapshot list; refusals and unknown names have their exit codes.
+#[tokio::test]
+async fn snapshot_commands_take_list_and_revert_on_the_backend() -> anyhow::Result<()> {
+    let env = TestEnv::start("kubectl-vm-snap").await?;
+    env.install_crds().await?;
+    let cp = ControlPlane::start(&env)?;
+    fixtures(&env).await?;
+    env.apply(vm(&env, "web", json!({}))).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    wait_for(&vms, "web", 60, "Ready", is_ready).await?;
+    let libvirt = cp.ctx.libvirt.get("test:///default").await?;
+    let domain = format!("{}_web", env.ns);
+    let ns = env.ns.clone();
+
+    let (code, out, err) = kubectl_vm(&env, &["snapshot", "web", "-n", &ns, "--name", "first", "--description", "before the upgrade", "--wait", "--timeout", "60"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("vmsnapshot/first is Ready (backend snapshot bl-"), "{out}");
+    let (code, _, _) = kubectl_vm(&env, &["snapshot", "web", "-n", &ns, "--name", "second", "--wait"]).await?;
+    assert_eq!(code, 0);
+    let on_libvirt = libvirt.snapshot_list(&domain).await?;
+    assert_eq!(on_libvirt.len(), 2, "{on_libvirt:?}");
+    assert!(on_libvirt.iter().any(|s| s.xml.contains("before the upgrade")));
+
+    let (code, out, _) = kubectl_vm(&env, &["snapshots", "web", "-n", &ns]).await?;
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("PHASE") && lines[0].contains("MEMORY"), "{out}");
+    assert!(lines[1].starts_with("first ") && lines[1].contains("Ready") && lines[2].starts_with("second "), "oldest first: {out}");
+
+    // Revert, waited for: libvirt's current snapshot is the first one's.
+    let (code, out, err) = kubectl_vm(&env, &["revert", "web", "first", "-n", &ns, "--wait", "--timeout", "60"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("virtualmachine/web is reverted to first"), "{out}");
+    let current: Vec<String> = libvirt.snapshot_list(&domain).await?.into_iter().filter(|s| s.current).map(|s| s.name).collect();
+    let first = kube::Api::<banlieue_api::VMSnapshot>::namespaced(env.client.clone(), &ns).get("first").await?;
+    assert_eq!(current, [first.status.unwrap().snapshot_id.unwrap()]);
+
+    // Unknown names and refusals.
+    let (code, _, err) = kubectl_vm(&env, &["revert", "web", "frist", "-n", &ns]).await?;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("vmsnapshot \"frist\" not found") && err.contains("did you mean first"), "{err}");
+    let (code, _, err) = kubectl_vm(&env, &["snapshot", "nope", "-n", &ns]).await?;
+    assert_eq!(code, 3, "{err}");
+    let (code, _, _) = kubectl_vm(&env, &["stop", "web", "-n", &ns, "--mode", "hard", "--wait"]).await?;
+    assert_eq!(code, 0);
+    let (code, _, err) = kubectl_vm(&env, &["snapshot", "web", "-n", &ns, "--name", "with-memory", "--memory", "--wait", "--timeout", "60"]).await?;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("InvalidSpec: spec.memory"), "{err}");
+    assert_eq!(libvirt.snapshot_list(&domain).await?.len(), 2, "nothing made on libvirt");
+    Ok(())
+}

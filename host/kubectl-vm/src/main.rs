@@ -1,13 +1,15 @@
 //! `kubectl vm`: a kubectl plugin (kubectl runs `kubectl-vm` from `PATH`) for banlieue's
-//! VirtualMachines and VirtualMachinePools. It only reads objects and patches their
-//! declarative fields — power state, restart request, pause, replicas — and never talks
-//! to a backend: banlieue's controllers do the rest.
+//! VirtualMachines, VirtualMachinePools and VMSnapshots. It only reads objects, makes
+//! VMSnapshots and patches declarative fields — power state, restart request, pause,
+//! replicas, revertTo — and never talks to a backend: banlieue's controllers do the rest.
 //!
 //! Exit codes scripts can rely on: 0 done; 1 an API or other error; 2 bad usage;
-//! 3 no such VM or pool; 4 refused (the VM is paused or being deleted); 5 `--wait` timed
+//! 3 no such VM, pool or snapshot; 4 refused (the VM is paused or being deleted, the snapshot
+//! failed or is not Ready, or is of another VM); 5 `--wait` timed
 //! out; 6 banlieue is not installed on the cluster.
 
 mod output;
+mod snapshots;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -81,6 +83,33 @@ enum Command {
     Scale {
         pool: String,
         replicas: i32,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Take a snapshot of a VM (a VMSnapshot named `<vm>-<UTC time>` unless --name).
+    Snapshot {
+        name: String,
+        /// Include the VM's memory (it must be running).
+        #[arg(long)]
+        memory: bool,
+        /// Quiesce the guest's file systems first (guest tools or agent).
+        #[arg(long)]
+        quiesce: bool,
+        /// Kept with the snapshot on the backend.
+        #[arg(long)]
+        description: Option<String>,
+        /// The VMSnapshot's name.
+        #[arg(long = "name", value_name = "SNAPSHOT")]
+        snapshot_name: Option<String>,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// List a VM's snapshots (`-o wide`: backend id, schedule, message).
+    Snapshots { name: String },
+    /// Bring a VM back to one of its snapshots (powered off first, on again if it should run).
+    Revert {
+        name: String,
+        snapshot: String,
         #[command(flatten)]
         wait: Wait,
     },
@@ -257,6 +286,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Unpause { name } => pause(&t, &name, false).await,
         Command::Pools => pools(&t).await,
         Command::Scale { pool, replicas, wait } => scale(&t, &pool, replicas, wait).await,
+        Command::Snapshot { name, memory, quiesce, description, snapshot_name, wait } => {
+            snapshots::snapshot(&t, &name, snapshots::Request { memory, quiesce, description, name: snapshot_name }, wait).await
+        }
+        Command::Snapshots { name } => snapshots::list(&t, &name).await,
+        Command::Revert { name, snapshot, wait } => snapshots::revert(&t, &name, &snapshot, wait).await,
         Command::Completion { .. } => Ok(()),
     }
 }
