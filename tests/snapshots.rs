@@ -215,6 +215,45 @@ async fn bad_snapshots_and_reverts_are_refused_naming_the_field_and_make_nothing
     Ok(())
 }
 
+/// A VM's snapshots live on its machine: a move that would lose them is refused until the
+/// VM's migrationPolicy allows dropping them; then they are deleted from vSphere and it moves.
+#[tokio::test]
+async fn a_vm_with_snapshots_moves_only_when_its_policy_drops_them() -> anyhow::Result<()> {
+    let env = TestEnv::start("snap-move").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    // A second Provider on the same vCenter: somewhere to move to.
+    let first = Api::<banlieue_api::Provider>::namespaced(env.client.clone(), &env.ns).get(VCENTER).await?;
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter-b", "namespace": env.ns}, "spec": first.spec})).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
+    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("on vcsim");
+    env.apply(snapshot(&env, "keep", "web", json!({}))).await?;
+    taken(&snaps, "keep").await?;
+
+    patch_spec(&vms, "web", json!({"placement": {"providerRef": {"name": "vcenter-b"}}})).await?;
+    let placement_valid = |v: Option<&VirtualMachine>| v?.status.as_ref()?.conditions.iter().find(|c| c.type_ == "PlacementValid").map(|c| (c.reason.clone(), c.message.clone()));
+    let stays = wait_for(&vms, "web", 60, "SnapshotsBlockMove", move |v: Option<&VirtualMachine>| placement_valid(v).is_some_and(|(r, _)| r == "SnapshotsBlockMove")).await?;
+    let (_, message) = placement_valid(Some(&stays)).unwrap();
+    assert!(message.contains("keep") && message.contains("AutomaticDroppingSnapshots"), "{message}");
+    assert_eq!(machine_uid(&stays), machine_uid(&web), "not moved");
+    assert_eq!(vc.snapshots(&moref).await?.0.len(), 1);
+
+    patch_spec(&vms, "web", json!({"migrationPolicy": "AutomaticDroppingSnapshots"})).await?;
+    await_deleted(&snaps, "keep").await?;
+    let moved = wait_for(&vms, "web", 90, "Ready on vcenter-b", |v: Option<&VirtualMachine>| {
+        is_ready(v) && v.and_then(|v| v.status.as_ref()?.scheduled.as_ref()).is_some_and(|s| s.provider == "vcenter-b")
+    })
+    .await?;
+    assert_ne!(machine_uid(&moved), machine_uid(&web));
+    assert_eq!(vc.find_vm(&machine_uid(&web)).await?, None, "the old machine is gone");
+    Ok(())
+}
+
 /// A control plane killed between the backend taking a snapshot and the status saying so
 /// takes no second one: the restarted one finds it by the VMSnapshot's UID. The window is
 /// made certain, not raced: a proxy lets vSphere take the snapshot and loses its answer.

@@ -189,6 +189,10 @@ pub enum MigrationPolicy {
     Manual,
     /// Never move; report `PlacementValid=False`.
     Never,
+    /// As `Automatic`, and a VM with snapshots moves too: its snapshots are deleted first (an
+    /// Event says so). With any other policy a VM with snapshots does not move
+    /// (`PlacementValid=False/SnapshotsBlockMove`): its snapshots live on the machine it leaves.
+    AutomaticDroppingSnapshots,
 }
 
 /// Observed state of a VirtualMachine.

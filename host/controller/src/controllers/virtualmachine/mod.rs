@@ -24,6 +24,7 @@
 mod assumed;
 mod network;
 mod revert;
+mod snapshots;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -599,6 +600,11 @@ impl<'a> Reconcile<'a> {
                     self.set(PLACEMENT_VALID, false, Reason::MigrationDisabled, format!("{why}; migrationPolicy is Never"));
                     return Ok(current.clone());
                 }
+                MigrationPolicy::AutomaticDroppingSnapshots => {}
+            }
+            if let Some(stays) = self.snapshots_allow_move().await? {
+                self.set(PLACEMENT_VALID, false, Reason::SnapshotsBlockMove, format!("{why}; {stays}"));
+                return Ok(current.clone());
             }
             match self.choose(class, image, image_classes, providers).await {
                 Ok(next) => {
@@ -820,6 +826,13 @@ impl<'a> Reconcile<'a> {
         if let Some(r) = self.status.infrastructure_ref.clone() {
             match self.get_machine(&r).await? {
                 Some(m) => {
+                    // Its snapshots leave the backend first (each one's deletion brings the VM back).
+                    if !self.snapshots_gone().await? {
+                        let message = "waiting for its snapshots to be deleted from the backend".to_string();
+                        self.set(READY, false, Reason::Deleting, message);
+                        self.write_status().await?;
+                        return Ok(Outcome::Requeue(MACHINE_GONE_RECHECK));
+                    }
                     if m.metadata.deletion_timestamp.is_none() {
                         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
                         api.delete(&r.name, &DeleteParams::default()).await?;
