@@ -304,6 +304,20 @@ impl FakePve {
         Ok((all.into_iter().filter(|s| s["name"] != "current").collect(), current))
     }
 
+    /// Run a task-making call and wait until the task stops; its exit status (`OK` or why not).
+    pub async fn run_task(&self, node: &str, method: &str, path: &str, params: &[(&str, &str)]) -> Result<String> {
+        let upid = self.api(method, path, params).await?;
+        let upid = upid.as_str().ok_or_else(|| anyhow!("{method} {path}: no task: {upid}"))?.to_string();
+        for _ in 0..2400 {
+            let st = self.api("GET", &format!("/nodes/{node}/tasks/{}/status", enc(&upid)), &[]).await?;
+            if st["status"] == "stopped" {
+                return Ok(st["exitstatus"].as_str().unwrap_or("").to_string());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        bail!("task {upid} did not stop within 60 s")
+    }
+
     /// A VM's `status/current`.
     pub async fn vm_status(&self, node: &str, vmid: u64) -> Result<Value> {
         self.api("GET", &format!("/nodes/{node}/qemu/{vmid}/status/current"), &[]).await

@@ -261,6 +261,16 @@ impl Vcsim {
         self.task_on("VirtualMachineSnapshot", snapshot, "RemoveSnapshot_Task", "<removeChildren>false</removeChildren>").await
     }
 
+    /// Take a snapshot outside banlieue (`CreateSnapshot_Task`, waited for), as by hand.
+    pub async fn create_snapshot_outside(&self, vm: &str, name: &str) -> anyhow::Result<()> {
+        self.task_with("CreateSnapshot_Task", vm, &format!("<name>{}</name><memory>false</memory><quiesce>false</quiesce>", esc(name))).await
+    }
+
+    /// Revert to a snapshot outside banlieue (`RevertToSnapshot_Task`, waited for).
+    pub async fn revert_snapshot_outside(&self, snapshot: &str) -> anyhow::Result<()> {
+        self.task_on("VirtualMachineSnapshot", snapshot, "RevertToSnapshot_Task", "<suppressPowerOn>true</suppressPowerOn>").await
+    }
+
     /// What vcsim logged (a fault it hit says why).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
