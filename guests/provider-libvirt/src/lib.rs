@@ -66,6 +66,12 @@
 //!   (`banlieue:host/transfer`): the bytes never pass through the driver. The reference is
 //!   the volume's path, for machines to use as their backing file. The host records
 //!   completion in the VMImage's status, so an import cut off is simply done again.
+//! - `snapshot-clone` ([`clone`]): each disk volume of the source at the snapshot copied
+//!   (`volume-clone`) into the new machine's volume of that position, the domain defined as
+//!   `create` defines it on them (marked as a restore in its metadata), the snapshot recorded
+//!   on it (`snapshot-redefine`, embedding its own definition), reverted to, deleted, the mark
+//!   removed; then hardware and power as for any machine. Always a full copy. A `create` of a
+//!   domain still marked is `unavailable`.
 //! - `delete-image`: deletes the volume at the reported path, if its name is one this driver
 //!   gives imports of that VMImage (`image@{vmimage}@…`); already gone is success.
 
@@ -77,6 +83,7 @@ use banlieue_sdk::provider::{
 use banlieue_sdk::transfer;
 use banlieue_sdk::{Error, info, warn};
 
+pub mod clone;
 pub mod naming;
 pub mod seed;
 pub mod snapshot;
@@ -157,6 +164,33 @@ fn apply_hardware(name: &str, machine: &Machine) -> Result<()> {
         libvirt::volume_resize(&pool, &volume, bytes)?;
     }
     Ok(())
+}
+
+/// Refuse a domain of the machine's name that carries another UUID: another machine's.
+fn check_owner(name: &str, existing: &DomainInfo, machine: &Machine) -> Result<()> {
+    if naming::same_uuid(&existing.uuid, &machine.uid) {
+        return Ok(());
+    }
+    Err(Error::InvalidSpec(format!("libvirt domain {name} exists and belongs to another machine (uuid {}, not {})", existing.uuid, machine.uid)))
+}
+
+/// Bring the machine's existing domain to the machine's hardware (while shut off) and power state.
+fn realise(config: &ProviderConfig, name: &str, existing: &DomainInfo, machine: &Machine) -> Result<MachineStatus> {
+    // libvirt starts a domain paused, then resumes it: one found paused while its
+    // machine is still being created was left so by an interrupted start (nothing
+    // suspends a machine banlieue has not finished making). It has not run: start it
+    // afresh. A machine already made keeps the rule: banlieue does not resume VMs.
+    let mut state = existing.state;
+    if state == DomainState::Paused && machine.power_state == PowerState::PoweredOn {
+        warn!("libvirt domain {name} was left paused by an interrupted start; starting it afresh");
+        ignore_not_found(libvirt::domain_destroy(name))?;
+        state = DomainState::Shutoff;
+    }
+    if state == DomainState::Shutoff {
+        apply_hardware(name, machine)?;
+    }
+    ensure_power(name, state, machine.power_state, &CREATE_POWER_OFF)?;
+    describe_domain(config, name)
 }
 
 /// Drive domain `name`, now in `state`, towards `target`; powering off follows `off`.
@@ -290,15 +324,21 @@ fn create_volumes(machine: &Machine, backing: &str, seed: Option<&Seed>, created
         }
     }
     if let Some(seed) = seed {
-        // A seed left by an interrupted create may be half-written: always write it anew.
-        ignore_not_found(libvirt::volume_delete(&seed.pool, &seed.volume))?;
-        libvirt::volume_create(&seed.pool, &xml::raw_volume(&seed.volume, seed.image.len() as u64)?)
-            .map_err(|e| e.context(format!("creating the NoCloud seed volume {} in pool {}", seed.volume, seed.pool)))?;
-        created.0.push((seed.pool.clone(), seed.volume.clone()));
-        libvirt::volume_upload(&seed.pool, &seed.volume, &seed.image)
-            .map_err(|e| e.context(format!("uploading the NoCloud seed to volume {} in pool {}", seed.volume, seed.pool)))?;
-        info!("wrote the NoCloud seed {} ({} bytes) in pool {}", seed.volume, seed.image.len(), seed.pool);
+        write_seed(seed, created)?;
     }
+    Ok(())
+}
+
+/// Write the machine's NoCloud seed volume.
+fn write_seed(seed: &Seed, created: &mut Created) -> Result<()> {
+    // A seed left by an interrupted create may be half-written: always write it anew.
+    ignore_not_found(libvirt::volume_delete(&seed.pool, &seed.volume))?;
+    libvirt::volume_create(&seed.pool, &xml::raw_volume(&seed.volume, seed.image.len() as u64)?)
+        .map_err(|e| e.context(format!("creating the NoCloud seed volume {} in pool {}", seed.volume, seed.pool)))?;
+    created.0.push((seed.pool.clone(), seed.volume.clone()));
+    libvirt::volume_upload(&seed.pool, &seed.volume, &seed.image)
+        .map_err(|e| e.context(format!("uploading the NoCloud seed to volume {} in pool {}", seed.volume, seed.pool)))?;
+    info!("wrote the NoCloud seed {} ({} bytes) in pool {}", seed.volume, seed.image.len(), seed.pool);
     Ok(())
 }
 
@@ -333,27 +373,14 @@ impl Driver for Libvirt {
         naming::check_uuid(&machine.uid)?;
         let name = naming::domain_name(&machine.namespace, &machine.name);
         if let Some(existing) = find(&name)? {
-            if !naming::same_uuid(&existing.uuid, &machine.uid) {
-                return Err(Error::InvalidSpec(format!(
-                    "libvirt domain {name} exists and belongs to another machine (uuid {}, not {})",
-                    existing.uuid, machine.uid
+            check_owner(&name, &existing, machine)?;
+            if let Some(restore) = xml::restore_marker(&libvirt::domain_xml(&name)?) {
+                return Err(Error::Unavailable(format!(
+                    "libvirt domain {name} is being restored from snapshot {} of machine {}: snapshot-clone finishes it",
+                    restore.snapshot, restore.source
                 )));
             }
-            // libvirt starts a domain paused, then resumes it: one found paused while its
-            // machine is still being created was left so by an interrupted start (nothing
-            // suspends a machine banlieue has not finished making). It has not run: start it
-            // afresh. A machine already made keeps the rule: banlieue does not resume VMs.
-            let mut state = existing.state;
-            if state == DomainState::Paused && machine.power_state == PowerState::PoweredOn {
-                warn!("libvirt domain {name} was left paused by an interrupted start; starting it afresh");
-                ignore_not_found(libvirt::domain_destroy(&name))?;
-                state = DomainState::Shutoff;
-            }
-            if state == DomainState::Shutoff {
-                apply_hardware(&name, machine)?;
-            }
-            ensure_power(&name, state, machine.power_state, &CREATE_POWER_OFF)?;
-            return describe_domain(config, &name);
+            return realise(config, &name, &existing, machine);
         }
         // (A UID already used by a domain of another name is refused by libvirt's define.)
 
@@ -457,6 +484,10 @@ impl Driver for Libvirt {
         libvirt::snapshot_revert(&domain.name, id).map_err(|e| e.context(format!("reverting libvirt domain {} to snapshot {id}", domain.name)))?;
         info!("reverted libvirt domain {} to snapshot {id}", domain.name);
         Ok(())
+    }
+
+    fn snapshot_clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, snapshot_id: &str, linked: bool) -> Result<MachineStatus> {
+        clone::snapshot_clone(config, machine, source, snapshot_id, linked)
     }
 
     fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {

@@ -54,6 +54,55 @@ pub fn parse(name: &str, current: bool, xml: &str) -> Snapshot {
     }
 }
 
+/// The domain definition a snapshot's XML embeds (`<domain …>…</domain>`): the domain as it
+/// was when the snapshot was taken.
+pub fn embedded_domain(xml: &str) -> Option<&str> {
+    let start = xml.find("<domain ").or_else(|| xml.find("<domain>"))?;
+    let end = xml.rfind("</domain>")? + "</domain>".len();
+    (end > start).then(|| &xml[start..end])
+}
+
+/// The `<domainsnapshot>` that records snapshot `name` (taken of another domain, as its XML
+/// `source_xml` describes it) on the domain defined by `domain_xml`, for a REDEFINE:
+///
+/// - libvirt refuses a redefinition without `<domain>` ("missing domain in snapshot") or
+///   whose `<domain><uuid>` is not the domain's ("definition for snapshot … must use uuid …"),
+///   and a revert works on the disks of the embedded definition: it must be the new domain's
+///   own, never the source's (whose volumes it would revert).
+/// - It says `shutoff` without memory whatever the snapshot held: a revert then applies the
+///   disks' internal snapshots only (`qemu-img snapshot -a`), and the domain keeps its own
+///   hardware; a memory state belongs to the source's.
+/// - `disks` are the domain's `(device, restored)`: a restored disk's volume holds the
+///   snapshot internally, the others (further disks, the seed) have none.
+/// - No `<parent>`: the domain has none of the source's other snapshots. The `<creationTime>`
+///   is the source's: libvirt requires one.
+pub fn redefine_xml(name: &str, source_xml: &str, domain_xml: &str, disks: &[(String, bool)]) -> Result<String> {
+    let embedded = domain_xml.trim_start();
+    if !(embedded.starts_with("<domain ") || embedded.starts_with("<domain>")) {
+        return Err(Error::Internal("the domain XML to embed in the snapshot is not a <domain>".into()));
+    }
+    let own = source_xml.split_once("<domain ").or_else(|| source_xml.split_once("<domain>")).map_or(source_xml, |(head, _)| head);
+    let text = |tag: &str| element(own, tag).map(|(_, t)| unescape(t.trim()));
+    let mut xml = format!("<domainsnapshot><name>{}</name>", escape(name));
+    if let Some(d) = text("description").filter(|d| !d.is_empty()) {
+        xml.push_str(&format!("<description>{}</description>", escape(&d)));
+    }
+    xml.push_str("<state>shutoff</state>");
+    // libvirt refuses a redefinition without it ("missing creationTime from existing snapshot").
+    let Some(time) = text("creationTime").filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())) else {
+        return Err(Error::Internal(format!("snapshot {name} as libvirt describes it has no creationTime to record it with")));
+    };
+    xml.push_str(&format!("<creationTime>{time}</creationTime>"));
+    xml.push_str("<memory snapshot='no'/><disks>");
+    for (dev, restored) in disks.iter().filter(|(dev, _)| !dev.is_empty()) {
+        xml.push_str(&format!("<disk name='{}' snapshot='{}'/>", escape(dev), if *restored { "internal" } else { "no" }));
+    }
+    xml.push_str("</disks>");
+    xml.push_str(domain_xml.trim());
+    xml.push_str("</domainsnapshot>");
+    Ok(xml)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +146,32 @@ mod tests {
         assert_eq!((s.created_at, s.memory, s.current), (Some(1_765_000_000), true, true));
         let off = parse("x", false, "<domainsnapshot><name>x</name><state>shutoff</state><memory snapshot='no'/><domain><description>d</description></domain></domainsnapshot>");
         assert_eq!((off.description.as_str(), off.memory, off.created_at), ("", false, None));
+    }
+
+    /// `snapshot-dumpxml` of a running domain's snapshot as libvirt 9.0 writes it.
+    const SOURCE: &str = "<domainsnapshot>\n  <name>bl-1234</name>\n  <description>before &amp; after</description>\n  <state>running</state>\n  <parent>\n    <name>older</name>\n  </parent>\n  <creationTime>1796577803</creationTime>\n  <memory snapshot='internal'/>\n  <disks>\n    <disk name='vda' snapshot='internal'/>\n    <disk name='vdb' snapshot='no'/>\n  </disks>\n  <domain type='qemu'>\n    <name>ns_src</name>\n    <uuid>aaaaaaaa-1111-4222-8333-444455556666</uuid>\n    <description>the source's</description>\n    <devices>\n      <disk type='volume' device='disk'>\n        <source pool='p' volume='ns_src_root.qcow2'/>\n        <target dev='vda' bus='virtio'/>\n      </disk>\n    </devices>\n  </domain>\n</domainsnapshot>\n";
+
+    #[test]
+    fn the_embedded_domain_is_the_one_at_the_snapshot() {
+        let d = embedded_domain(SOURCE).unwrap();
+        assert!(d.starts_with("<domain type='qemu'>") && d.ends_with("</domain>") && d.contains("ns_src_root.qcow2"), "{d}");
+        assert_eq!(embedded_domain("<domainsnapshot><name>x</name></domainsnapshot>"), None);
+    }
+
+    #[test]
+    fn a_redefinition_embeds_the_new_domain_without_memory_or_parent() {
+        let new_domain = "<domain type='qemu'>\n  <name>ns_new</name>\n  <uuid>bbbbbbbb-1111-4222-8333-444455556666</uuid>\n</domain>\n";
+        let disks = [("vda".to_string(), true), ("vdb".to_string(), false), ("vdc".to_string(), false)];
+        let xml = redefine_xml("bl-1234", SOURCE, new_domain, &disks).unwrap();
+        assert_eq!(
+            xml,
+            "<domainsnapshot><name>bl-1234</name><description>before &amp; after</description><state>shutoff</state><creationTime>1796577803</creationTime><memory snapshot='no'/><disks><disk name='vda' snapshot='internal'/><disk name='vdb' snapshot='no'/><disk name='vdc' snapshot='no'/></disks><domain type='qemu'>\n  <name>ns_new</name>\n  <uuid>bbbbbbbb-1111-4222-8333-444455556666</uuid>\n</domain></domainsnapshot>"
+        );
+        assert!(!xml.contains("aaaaaaaa") && !xml.contains("older") && !xml.contains("the source's"));
+        // What `snapshot-list` then reports of it.
+        let listed = parse("bl-1234", false, &xml);
+        assert_eq!((listed.description.as_str(), listed.memory, listed.created_at), ("before & after", false, Some(1_796_577_803)));
+        assert!(redefine_xml("x", SOURCE, "<domainsnapshot/>", &disks).is_err());
+        assert!(redefine_xml("x", "<domainsnapshot><name>x</name></domainsnapshot>", new_domain, &disks).is_err());
     }
 }

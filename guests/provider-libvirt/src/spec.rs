@@ -137,6 +137,13 @@ pub fn validate<'m>(machine: &'m Machine, pools: &[PoolInfo], networks: &[Networ
             return Err(Error::InvalidSpec("the libvirt driver boots from a backingFile image source".into()));
         }
     };
+    validate_hardware(machine, pools, networks)?;
+    Ok(backing)
+}
+
+/// [`validate`] without the image source: what a machine restored from a snapshot (whose
+/// disks come from the snapshot) is checked for.
+pub fn validate_hardware(machine: &Machine, pools: &[PoolInfo], networks: &[NetworkInfo]) -> Result<()> {
     if machine.power_state == PowerState::Suspended {
         return Err(Error::InvalidSpec("the libvirt driver does not suspend VMs".into()));
     }
@@ -190,7 +197,7 @@ pub fn validate<'m>(machine: &'m Machine, pools: &[PoolInfo], networks: &[Networ
             Some(_) => {}
         }
     }
-    Ok(backing)
+    Ok(())
 }
 
 /// What `probe` reports: the libvirt host is one failure domain.

@@ -70,6 +70,15 @@ pub fn volume(name: &str, size_gib: u64, backing: Option<&str>) -> Result<String
     Ok(xml)
 }
 
+/// The qcow2 volume `volume-clone` makes as a copy of another of `capacity_bytes` (the
+/// source's: libvirt copies the content, the XML names and sizes the new volume).
+pub fn cloned_volume(name: &str, capacity_bytes: u64) -> Result<String> {
+    Ok(format!(
+        "<volume><name>{}</name><capacity unit='bytes'>{capacity_bytes}</capacity><target><format type='qcow2'/></target></volume>",
+        text("volume name", name)?
+    ))
+}
+
 /// A raw volume of `bytes` bytes (the NoCloud seed, filled by an upload).
 pub fn raw_volume(name: &str, bytes: u64) -> Result<String> {
     Ok(format!(
@@ -197,6 +206,48 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
     }
     xml.push_str("</devices></domain>");
     Ok(xml)
+}
+
+/// What the `<banlieue:restore>` mark of a domain says: the domain is being made of snapshot
+/// `snapshot` of machine `source`, and is not the machine yet until the mark is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restore {
+    /// The source machine's UID.
+    pub source: String,
+    /// The source domain's snapshot.
+    pub snapshot: String,
+}
+
+/// The domain's restore mark, if it carries one.
+pub fn restore_marker(domain_xml: &str) -> Option<Restore> {
+    let mark = opening(domain_xml, "banlieue:restore")?;
+    let get = |name| attribute(mark, name).map(banlieue_sdk::xml::unescape).unwrap_or_default();
+    Some(Restore { source: get("source"), snapshot: get("snapshot") })
+}
+
+/// `domain_xml` (the driver's, or libvirt's dump of it) with a restore mark in its banlieue
+/// metadata: defined so, the domain says a restore into it is not finished.
+pub fn with_restore_marker(domain_xml: &str, restore: &Restore) -> Result<String> {
+    let close = "</banlieue:machine>";
+    let at = domain_xml.find(close).ok_or_else(|| Error::Internal("the domain XML has no banlieue metadata to mark".into()))?;
+    let mark = format!(
+        "<banlieue:restore source='{}' snapshot='{}'/>",
+        text("source machine uid", &restore.source)?,
+        text("snapshot name", &restore.snapshot)?
+    );
+    Ok(format!("{}{mark}{}", &domain_xml[..at], &domain_xml[at..]))
+}
+
+/// `domain_xml` without its restore mark (the definition a finished restore is redefined with).
+pub fn without_restore_marker(domain_xml: &str) -> String {
+    let Some(start) = domain_xml.find("<banlieue:restore") else { return domain_xml.to_string() };
+    let rest = &domain_xml[start..];
+    let end = match (rest.find("/>"), rest.find('>')) {
+        // Self-closing, as written and as libvirt dumps an empty element.
+        (Some(sc), Some(gt)) if sc + 1 == gt => sc + 2,
+        _ => rest.find("</banlieue:restore>").map_or(rest.len(), |e| e + "</banlieue:restore>".len()),
+    };
+    format!("{}{}", &domain_xml[..start], &domain_xml[start + end..])
 }
 
 /// The MAC addresses of the domain's interfaces, in document order.
@@ -362,7 +413,7 @@ pub(crate) fn attribute<'a>(element: &'a str, name: &str) -> Option<&'a str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use banlieue_sdk::provider::{Disk, ImageSource, Nic, PowerState, UserDataFormat};
 
@@ -559,6 +610,31 @@ mod tests {
         assert_eq!(xml.replace("<memory unit='MiB'>2048", "<memory unit='KiB'>524288").replace("<currentMemory unit='MiB'>2048", "<currentMemory unit='KiB'>524288").replace("'static'>4<", "'static'>2<"), DUMPED);
         assert_eq!(hardware(&xml).memory_mib, 2048);
         assert!(with_cpus_and_memory("<domain/>", 1, 1).is_err());
+    }
+
+    #[test]
+    fn a_restore_mark_is_added_read_and_removed_as_libvirt_dumps_it() {
+        let restore = Restore { source: "aaaaaaaa-1111-4222-8333-444455556666".into(), snapshot: "bl-<1>".into() };
+        let ours = domain("test", &machine(), Extras::default()).unwrap();
+        assert_eq!(restore_marker(&ours), None);
+        let marked = with_restore_marker(&ours, &restore).unwrap();
+        assert!(marked.contains("<banlieue:restore source='aaaaaaaa-1111-4222-8333-444455556666' snapshot='bl-&lt;1&gt;'/></banlieue:machine>"), "{marked}");
+        assert_eq!(restore_marker(&marked), Some(restore.clone()));
+        assert_eq!(without_restore_marker(&marked), ours);
+        // libvirt's dump: double quotes, its own indentation.
+        let dumped = "<domain type='qemu'>\n  <metadata>\n    <banlieue:machine xmlns:banlieue=\"https://banlieue.io/libvirt/v1\">\n      <banlieue:uid>u</banlieue:uid>\n      <banlieue:restore source=\"aaaaaaaa-1111-4222-8333-444455556666\" snapshot=\"bl-&lt;1&gt;\"/>\n    </banlieue:machine>\n  </metadata>\n</domain>";
+        assert_eq!(restore_marker(dumped), Some(restore));
+        let unmarked = without_restore_marker(dumped);
+        assert!(!unmarked.contains("restore") && unmarked.contains("<banlieue:uid>u</banlieue:uid>") && unmarked.contains("</banlieue:machine>"), "{unmarked}");
+        assert!(with_restore_marker("<domain/>", &Restore { source: String::new(), snapshot: String::new() }).is_err());
+    }
+
+    #[test]
+    fn a_cloned_volume_is_named_and_sized_only() {
+        assert_eq!(
+            cloned_volume("ns_vm_root.qcow2", 1 << 30).unwrap(),
+            "<volume><name>ns_vm_root.qcow2</name><capacity unit='bytes'>1073741824</capacity><target><format type='qcow2'/></target></volume>"
+        );
     }
 
     #[test]

@@ -151,6 +151,20 @@ pub fn with_uid_tag(tags: &str, uid: &str) -> String {
     all.join(";")
 }
 
+/// `tags` with the UID tag of `uid` and no other machine's (a tag `banlieue-<UUID>`), the
+/// rest kept: a VM cloned from another machine's snapshot is this machine's only.
+pub fn with_only_uid_tag(tags: &str, uid: &str) -> String {
+    let want = uid_tag(uid);
+    let foreign = |t: &str| t != want && t.strip_prefix(UID_TAG_PREFIX).is_some_and(is_uuid);
+    with_uid_tag(&split_tags(tags).into_iter().filter(|t| !foreign(t)).collect::<Vec<_>>().join(";"), uid)
+}
+
+/// Whether `s` is a UUID in its usual text form (8-4-4-4-12 hex digits), as Kubernetes writes UIDs.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5 && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The description written at clone time: a human line, then the UID line.
 pub fn description(namespace: &str, name: &str, uid: &str) -> String {
     format!("banlieue machine {namespace}/{name}\n{UID_LINE_PREFIX}{uid}\n")
@@ -450,6 +464,18 @@ mod tests {
         assert_eq!(with_uid_tag("banlieue-ab", "ab"), "banlieue-ab");
         assert!(description_has_uid(&description("ns", "n", uid), uid));
         assert!(!description_has_uid(&description("ns", "n", "other"), uid));
+    }
+
+    #[test]
+    fn a_clone_keeps_only_its_own_uid_tag() {
+        let source = "banlieue-0a1b2c3d-0000-4000-8000-000000000101";
+        let uid = "0a1b2c3d-0000-4000-8000-0000000002aa";
+        // The source machine's tag (copied by PVE's clone) goes, tags of people stay, even
+        // those that merely start like ours.
+        assert_eq!(with_only_uid_tag(&format!("prod;{source},banlieue-team"), uid), format!("prod;banlieue-team;banlieue-{uid}"));
+        assert_eq!(with_only_uid_tag(&format!("banlieue-{uid}"), uid), format!("banlieue-{uid}"));
+        assert_eq!(with_only_uid_tag("", uid), format!("banlieue-{uid}"));
+        assert!(!is_uuid("0a1b2c3d-0000-4000-8000-00000000010") && !is_uuid("team") && is_uuid(&source["banlieue-".len()..]));
     }
 
     #[test]

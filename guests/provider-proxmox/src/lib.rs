@@ -71,7 +71,9 @@
 //! - Snapshots ([`snapshot`]): `…/snapshot` (a snapshot already named as asked
 //!   is returned; `vmstate=1` for memory; quiesce needs the guest agent enabled
 //!   and answering), `…/snapshot/{name}/rollback`, `DELETE …/snapshot/{name}`,
-//!   each task waited for; the id is the snapshot's name.
+//!   each task waited for; the id is the snapshot's name. `snapshot-clone` is the create
+//!   path's clone of the source VM with `snapname` (always `full=1`: PVE clones linked only
+//!   from templates, which hold no snapshots), then the same configuration.
 //! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
 //!   named `image-{vmimage}-{12 hex of its sha256}`: PVE downloads the URL
 //!   (`download-url`, checksum checked) and imports it into a new VM's disk
@@ -143,7 +145,7 @@ fn vm_of(v: &Value, tagged: bool) -> Option<Vm> {
 
 /// The VM of this machine: tagged with its UID, or (an interrupted create)
 /// named after it with the UID in its description.
-fn find(pve: &Pve, uid: &str, vm_name: &str) -> Result<Option<Vm>> {
+pub(crate) fn find(pve: &Pve, uid: &str, vm_name: &str) -> Result<Option<Vm>> {
     let all = vms(pve)?;
     let mut tagged: Vec<Vm> = all
         .iter()
@@ -151,6 +153,20 @@ fn find(pve: &Pve, uid: &str, vm_name: &str) -> Result<Option<Vm>> {
         .filter_map(|v| vm_of(v, true))
         .collect();
     tagged.sort_by_key(|v| v.vmid);
+    if tagged.len() > 1 {
+        // A clone of this machine's snapshot carries its tag until the clone is configured
+        // for its own machine; its description (written by the clone request) names that one.
+        for vm in &tagged {
+            let cfg = match pve.get(&format!("{}/config", vm.path())) {
+                Ok(c) => c,
+                Err(Error::NotFound(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            if api::description_has_uid(api::text(&cfg, "description"), uid) {
+                return Ok(Some(vm.clone()));
+            }
+        }
+    }
     if let Some(first) = tagged.first() {
         if tagged.len() > 1 {
             warn!("{} VMs carry the tag of machine {uid}; using VM {}", tagged.len(), first.vmid);
@@ -393,7 +409,7 @@ fn disk_keys(cfg: &Value) -> Vec<String> {
 /// The VM's hardware as its config says: cores × sockets, memory, each disk's size and
 /// volume (`storage:vm-100-disk-0`), each NIC's MAC and bridge. Disks and NICs are named by
 /// the host, by position.
-fn hardware(cfg: &Value) -> Hardware {
+pub(crate) fn hardware(cfg: &Value) -> Hardware {
     let number = |k: &str| cfg.get(k).and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()));
     let disks = disk_keys(cfg)
         .iter()
@@ -544,9 +560,11 @@ fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::
             delete.push(format!("net{i}"));
         }
     }
-    // Further disks: scsi slots after the ones the template uses.
+    // Further disks: the machine's disks are the VM's by position (the boot disk first), so
+    // only those beyond what the clone brought (a template's boot disk, a snapshot's every
+    // disk) are added, in scsi slots after the ones it uses.
     let mut slot = 0;
-    for disk in machine.disks.iter().skip(1) {
+    for disk in machine.disks.iter().skip(disk_keys(&cfg).len().max(1)) {
         while cfg.get(format!("scsi{slot}")).is_some() || params.iter().any(|(k, _)| *k == format!("scsi{slot}")) {
             slot += 1;
         }
@@ -577,10 +595,150 @@ fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::
     if !delete.is_empty() {
         params.push(("delete".into(), delete.join(",")));
     }
-    params.push(("tags".into(), api::with_uid_tag(api::text(&cfg, "tags"), &machine.uid)));
+    // A clone of another machine's snapshot comes with that machine's UID tag: only this one's stays.
+    params.push(("tags".into(), api::with_only_uid_tag(api::text(&cfg, "tags"), &machine.uid)));
     pve.request("PUT", &format!("{}/config", vm.path()), &params)
         .map_err(|e| e.context(format_args!("configuring VM {}", vm.vmid)))?;
     Ok(conditions)
+}
+
+/// Check what `create` and `snapshot-clone` are asked for that PVE is not needed to judge;
+/// returns the VM name.
+pub(crate) fn check_machine(machine: &Machine) -> Result<String> {
+    api::check_uid(&machine.uid)?;
+    let vm_name = api::vm_name(&machine.namespace, &machine.name)?;
+    if machine.disks.is_empty() {
+        return Err(Error::InvalidSpec("a machine needs a boot disk (disks[0])".into()));
+    }
+    if machine.power_state == PowerState::Suspended {
+        return Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into()));
+    }
+    Ok(vm_name)
+}
+
+/// Check the machine against node `target` (online, its storages and bridges there, its
+/// NICs' addresses) before anything is made: `invalid-spec` naming what is missing.
+pub(crate) fn check_target(pve: &Pve, machine: &Machine, target: &str) -> Result<()> {
+    if machine.user_data_format == UserDataFormat::Ignition && machine.user_data.is_some() {
+        return Err(Error::InvalidSpec(
+            "Proxmox VE cannot deliver Ignition: its cloud-init drive takes cloud-config keys only, and a whole config needs `cicustom` with a snippet storage PVE's API cannot upload to; use cloud-config user-data on Proxmox VE, or another backend".into(),
+        ));
+    }
+    let nodes = online_nodes(pve)?;
+    if !nodes.iter().any(|n| api::text(n, "node") == target) {
+        return Err(Error::InvalidSpec(format!("failure domain {target:?} is not an online Proxmox VE node")));
+    }
+    let storages = image_storages(pve, target)?;
+    for disk in &machine.disks {
+        if !storages.iter().any(|(s, _)| *s == disk.target) {
+            return Err(Error::InvalidSpec(format!(
+                "storage {:?} (disk {}) does not exist on node {target}, is not active, or does not hold VM images",
+                disk.target, disk.name
+            )));
+        }
+    }
+    let nets = bridges(pve, target)?;
+    for nic in &machine.nics {
+        if !nets.contains(&nic.network) {
+            return Err(Error::InvalidSpec(format!("bridge {:?} (nic {}) does not exist on node {target}", nic.network, nic.name)));
+        }
+        ipconfig(nic)?;
+    }
+    Ok(())
+}
+
+/// The VM a clone is made from, and how.
+pub(crate) struct CloneSource<'a> {
+    pub node: &'a str,
+    pub vmid: u64,
+    /// For messages: `template 9000`, `snapshot bl-1 of VM 101`.
+    pub what: String,
+    /// What the clone request carries besides `newid`, `name`, `description` and `target`
+    /// (`full`, `storage`, `snapname`).
+    pub params: Vec<(String, String)>,
+}
+
+impl CloneSource<'_> {
+    /// Clone the source to a new VM named `vm_name` on node `target`, its description
+    /// carrying the machine's UID; returns the new VM (not yet configured).
+    pub(crate) fn clone_to(&self, pve: &Pve, machine: &Machine, vm_name: &str, target: &str) -> Result<Vm> {
+        let mut last = String::new();
+        for attempt in 0..CLONE_ATTEMPTS {
+            let next = api::num(Some(&pve.get("/cluster/nextid")?))
+                .ok_or_else(|| Error::Internal("/cluster/nextid did not answer a VMID".into()))?;
+            // PVE does not reserve the ID it answers: creates racing for it collide, so
+            // after a collision each tries a random ID above it instead.
+            let newid = api::candidate_vmid(next, attempt, random());
+            let mut params: Vec<(String, String)> = vec![
+                ("newid".into(), newid.to_string()),
+                ("name".into(), vm_name.to_string()),
+                ("description".into(), api::description(&machine.namespace, &machine.name, &machine.uid)),
+            ];
+            params.extend(self.params.iter().cloned());
+            if target != self.node {
+                params.push(("target".into(), target.to_string()));
+            }
+            let path = format!("/nodes/{}/qemu/{}/clone", api::encode(self.node), self.vmid);
+            let upid = match pve.task("POST", &path, &params) {
+                Ok(u) => u,
+                Err(e) if api::is_collision(e.message()) => {
+                    last = e.message().to_string();
+                    continue;
+                }
+                Err(e @ Error::NotFound(_)) => return Err(e),
+                Err(e) => return Err(e.context(format_args!("cloning {}", self.what))),
+            };
+            // Only a clone PVE says failed is cleaned up: one whose end could not be learnt (a
+            // poll failed, still running) may succeed, and the next create finds it by its UID.
+            match pve.task_outcome(&upid, CLONE_TIMEOUT_MS, &format!("cloning {} to VM {newid}", self.what))? {
+                Ok(()) => {
+                    info!("cloned {} to VM {newid} ({vm_name}) on {target}", self.what);
+                    return Ok(Vm { node: target.to_string(), vmid: newid, lock: String::new(), tagged: false });
+                }
+                Err(e) if api::is_collision(e.message()) => {
+                    last = e.message().to_string();
+                    continue;
+                }
+                Err(e) => {
+                    clean_up(pve, machine, vm_name, newid);
+                    return Err(e);
+                }
+            }
+        }
+        Err(Error::Unavailable(format!("no free VMID after {CLONE_ATTEMPTS} attempts: {last}")))
+    }
+}
+
+/// Configure a VM just cloned for the machine, then bring it to the machine's hardware (a
+/// snapshot's further disks may be smaller than declared) and power state.
+pub(crate) fn finish_clone(pve: &Pve, mut vm: Vm, machine: &Machine, whole_hardware: bool) -> Result<MachineStatus> {
+    let extra = configure(pve, &vm, machine)?;
+    vm.tagged = true;
+    if whole_hardware {
+        apply_hardware(pve, &vm, machine)?;
+    }
+    drive_power(pve, &vm, machine.power_state)?;
+    status(pve, &vm, extra)
+}
+
+/// The machine's VM that exists already (a retry, or the host's `create` after a
+/// `snapshot-clone`): one still being cloned is reported as it is; one whose configuration
+/// was interrupted is configured; a stopped one is brought to the machine's hardware; then
+/// to its power state.
+pub(crate) fn realise(pve: &Pve, mut vm: Vm, machine: &Machine) -> Result<MachineStatus> {
+    if vm.lock == "clone" || vm.lock == "create" {
+        return status(pve, &vm, Vec::new());
+    }
+    let mut extra = Vec::new();
+    if !vm.tagged {
+        info!("finishing the configuration of VM {} left by an interrupted create", vm.vmid);
+        extra = configure(pve, &vm, machine)?;
+        vm.tagged = true;
+    } else if api::text(&pve.get(&format!("{}/status/current", vm.path()))?, "status") == "stopped" {
+        apply_hardware(pve, &vm, machine)?;
+    }
+    drive_power(pve, &vm, machine.power_state)?;
+    status(pve, &vm, extra)
 }
 
 /// Remove a VM a failed create left behind, if it is this machine's.
@@ -648,52 +806,16 @@ impl Driver for Proxmox {
     }
 
     fn create(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
-        api::check_uid(&machine.uid)?;
-        let vm_name = api::vm_name(&machine.namespace, &machine.name)?;
-        if machine.disks.is_empty() {
-            return Err(Error::InvalidSpec("a machine needs a boot disk (disks[0])".into()));
-        }
-        if machine.power_state == PowerState::Suspended {
-            return Err(Error::InvalidSpec("the Proxmox driver does not suspend machines".into()));
-        }
+        let vm_name = check_machine(machine)?;
         let pve = Pve::connect(config)?;
-        if let Some(mut vm) = find(&pve, &machine.uid, &vm_name)? {
-            if vm.lock == "clone" || vm.lock == "create" {
-                return status(&pve, &vm, Vec::new());
-            }
-            let mut extra = Vec::new();
-            if !vm.tagged {
-                info!("finishing the configuration of VM {} ({vm_name}) left by an interrupted create", vm.vmid);
-                extra = configure(&pve, &vm, machine)?;
-                vm.tagged = true;
-            } else if api::text(&pve.get(&format!("{}/status/current", vm.path()))?, "status") == "stopped" {
-                apply_hardware(&pve, &vm, machine)?;
-            }
-            drive_power(&pve, &vm, machine.power_state)?;
-            return status(&pve, &vm, extra);
+        if let Some(vm) = find(&pve, &machine.uid, &vm_name)? {
+            return realise(&pve, vm, machine);
         }
 
         // Check the spec against the cluster before making anything.
-        if machine.user_data_format == UserDataFormat::Ignition && machine.user_data.is_some() {
-            return Err(Error::InvalidSpec(
-                "Proxmox VE cannot deliver Ignition: its cloud-init drive takes cloud-config keys only, and a whole config needs `cicustom` with a snippet storage PVE's API cannot upload to; use cloud-config user-data on Proxmox VE, or another backend".into(),
-            ));
-        }
         let (template_node, template_vmid) = resolve_template(&pve, &machine.image)?;
-        let nodes = online_nodes(&pve)?;
         let target = if machine.failure_domain.is_empty() { template_node.clone() } else { machine.failure_domain.clone() };
-        if !nodes.iter().any(|n| api::text(n, "node") == target) {
-            return Err(Error::InvalidSpec(format!("failure domain {target:?} is not an online Proxmox VE node")));
-        }
-        let storages = image_storages(&pve, &target)?;
-        for disk in &machine.disks {
-            if !storages.iter().any(|(s, _)| *s == disk.target) {
-                return Err(Error::InvalidSpec(format!(
-                    "storage {:?} (disk {}) does not exist on node {target}, is not active, or does not hold VM images",
-                    disk.target, disk.name
-                )));
-            }
-        }
+        check_target(&pve, machine, &target)?;
         // The boot disk is grown to its declared size after the clone, never shrunk: a smaller
         // declaration is refused before anything is cloned.
         let template_cfg = pve.get(&format!("/nodes/{}/qemu/{template_vmid}/config", api::encode(&template_node)))?;
@@ -706,70 +828,12 @@ impl Driver for Proxmox {
                 )));
             }
         }
-        let nets = bridges(&pve, &target)?;
-        for nic in &machine.nics {
-            if !nets.contains(&nic.network) {
-                return Err(Error::InvalidSpec(format!("bridge {:?} (nic {}) does not exist on node {target}", nic.network, nic.name)));
-            }
-            ipconfig(nic)?;
-        }
-
-        let mut created = None;
-        let mut last = String::new();
-        for attempt in 0..CLONE_ATTEMPTS {
-            let next = api::num(Some(&pve.get("/cluster/nextid")?))
-                .ok_or_else(|| Error::Internal("/cluster/nextid did not answer a VMID".into()))?;
-            // PVE does not reserve the ID it answers: creates racing for it collide, so
-            // after a collision each tries a random ID above it instead.
-            let newid = api::candidate_vmid(next, attempt, random());
-            let mut params: Vec<(String, String)> = vec![
-                ("newid".into(), newid.to_string()),
-                ("name".into(), vm_name.clone()),
-                ("full".into(), "1".into()),
-                ("storage".into(), machine.disks[0].target.clone()),
-                ("description".into(), api::description(&machine.namespace, &machine.name, &machine.uid)),
-            ];
-            if target != template_node {
-                params.push(("target".into(), target.clone()));
-            }
-            let path = format!("/nodes/{}/qemu/{template_vmid}/clone", api::encode(&template_node));
-            let upid = match pve.task("POST", &path, &params) {
-                Ok(u) => u,
-                Err(e) if api::is_collision(e.message()) => {
-                    last = e.message().to_string();
-                    continue;
-                }
-                Err(Error::NotFound(m)) => {
-                    return Err(Error::InvalidSpec(format!("template VM {template_vmid} on {template_node}: {m}")));
-                }
-                Err(e) => return Err(e.context(format_args!("cloning template {template_vmid}"))),
-            };
-            // Only a clone PVE says failed is cleaned up: one whose end could not be learnt (a
-            // poll failed, still running) may succeed, and the next create finds it by its UID.
-            match pve.task_outcome(&upid, CLONE_TIMEOUT_MS, &format!("cloning template {template_vmid} to VM {newid}"))? {
-                Ok(()) => {
-                    created = Some(newid);
-                    break;
-                }
-                Err(e) if api::is_collision(e.message()) => {
-                    last = e.message().to_string();
-                    continue;
-                }
-                Err(e) => {
-                    clean_up(&pve, machine, &vm_name, newid);
-                    return Err(e);
-                }
-            }
-        }
-        let Some(vmid) = created else {
-            return Err(Error::Unavailable(format!("no free VMID after {CLONE_ATTEMPTS} attempts: {last}")));
+        let source = CloneSource { node: &template_node, vmid: template_vmid, what: format!("template {template_vmid}"), params: vec![("full".into(), "1".into()), ("storage".into(), machine.disks[0].target.clone())] };
+        let source = match source.clone_to(&pve, machine, &vm_name, &target) {
+            Err(Error::NotFound(m)) => return Err(Error::InvalidSpec(format!("template VM {template_vmid} on {template_node}: {m}"))),
+            other => other?,
         };
-        let mut vm = Vm { node: target, vmid, lock: String::new(), tagged: false };
-        info!("cloned template {template_vmid} to VM {vmid} ({vm_name}) on {}", vm.node);
-        let extra = configure(&pve, &vm, machine)?;
-        vm.tagged = true;
-        drive_power(&pve, &vm, machine.power_state)?;
-        status(&pve, &vm, extra)
+        finish_clone(&pve, source, machine, false)
     }
 
     fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
@@ -807,6 +871,10 @@ impl Driver for Proxmox {
 
     fn snapshot_revert(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
         snapshot::revert(config, machine, id)
+    }
+
+    fn snapshot_clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, snapshot_id: &str, linked: bool) -> Result<MachineStatus> {
+        snapshot::clone(config, machine, source, snapshot_id, linked)
     }
 
     fn snapshot_delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {

@@ -14,13 +14,19 @@
 //! - Rollback and removal of an unknown name are accepted by PVE and fail in
 //!   their task (`snapshot 'x' does not exist`): the list is read first, and
 //!   that task error still means "not there".
+//! - A restore into a new machine (`snapshot-clone`) is `POST …/clone` of the source VM with
+//!   `snapname` through the clone `create` makes from a template (`newid` from
+//!   `/cluster/nextid`, name, the description with the new UID, `storage`, `target`), then
+//!   `create`'s configuration. PVE copies the snapshot's config, the source machine's UID tag
+//!   included, which the configuration replaces with the new machine's. A linked clone is only
+//!   made of a template, and a template holds no snapshots: the copy is always full.
 
-use banlieue_sdk::provider::{MachineRef, ProviderConfig, Result, Snapshot, SnapshotRequest};
+use banlieue_sdk::provider::{Machine, MachineRef, MachineStatus, ProviderConfig, Result, Snapshot, SnapshotRequest};
 use banlieue_sdk::{Error, info};
 use serde_json::Value;
 
 use crate::pve::Pve;
-use crate::{Vm, api, lookup};
+use crate::{CloneSource, Vm, api, lookup};
 
 /// How long a snapshot task may take: one with memory writes the VM's memory out, a removal
 /// or rollback may merge or copy volumes.
@@ -249,6 +255,61 @@ pub fn delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result
     }
 }
 
+/// Why a machine cannot be made of a snapshot whose config is `snapshot_config`, if it cannot:
+/// a declared disk smaller than the snapshot's in the same position (a disk is never shrunk).
+pub fn clone_refusal(snapshot_config: &Value, machine: &Machine) -> Option<Error> {
+    let have = crate::hardware(snapshot_config);
+    machine.disks.iter().zip(&have.disks).find(|(want, had)| want.size_gib > 0 && want.size_gib < had.size_gib).map(|(want, had)| {
+        Error::InvalidSpec(format!(
+            "disk {} is {} GiB in the snapshot ({}); {} GiB are declared and a disk is never shrunk: declare at least {} GiB",
+            want.name, had.size_gib, had.id, want.size_gib, had.size_gib
+        ))
+    })
+}
+
+/// Make `machine` as a full clone of `source`'s VM at its snapshot `id`, configured as
+/// `create` configures a VM, or return the VM already carrying the machine's UID (a retry).
+pub fn clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, id: &str, linked: bool) -> Result<MachineStatus> {
+    let vm_name = crate::check_machine(machine)?;
+    if machine.uid == source.uid {
+        return Err(Error::InvalidSpec(format!("machine {} cannot be restored into itself: snapshot-clone makes a new machine", machine.uid)));
+    }
+    let pve = Pve::connect(config)?;
+    // Found by its UID as `create` finds it: a retry never clones twice.
+    if let Some(vm) = crate::find(&pve, &machine.uid, &vm_name)? {
+        return crate::realise(&pve, vm, machine);
+    }
+    let src = lookup(&pve, source)?;
+    let Some(entry) = read(&pve, &src)?.into_iter().find(|e| e.snapshot.id == id) else {
+        return Err(Error::NotFound(format!("VM {} has no snapshot {id}", src.vmid)));
+    };
+    finished(&src, entry)?;
+    let target = if machine.failure_domain.is_empty() { src.node.clone() } else { machine.failure_domain.clone() };
+    crate::check_target(&pve, machine, &target)?;
+    let snapshot_config = pve.get(&format!("{}/snapshot/{}/config", src.path(), api::encode(id)))?;
+    if let Some(e) = clone_refusal(&snapshot_config, machine) {
+        return Err(e);
+    }
+    if linked {
+        // The source is a VM (a template cannot be found as a machine, nor hold a snapshot),
+        // and PVE makes linked clones of templates only.
+        info!("VM {} is not a template, so Proxmox VE cannot link a clone to it: snapshot {id} is copied in full", src.vmid);
+    }
+    let clone = CloneSource { node: &src.node, vmid: src.vmid, what: format!("snapshot {id} of VM {}", src.vmid), params: clone_params(id, &machine.disks[0].target) };
+    let vm = match clone.clone_to(&pve, machine, &vm_name, &target) {
+        // Removed between the listing and the clone.
+        Err(e) if is_gone(&e) => return Err(Error::NotFound(e.message().to_string())),
+        other => other?,
+    };
+    crate::finish_clone(&pve, vm, machine, true)
+}
+
+/// What a clone of snapshot `name` carries besides what every clone does: a full copy onto
+/// `storage` (PVE refuses `storage` for a linked clone, and links only templates' disks).
+pub fn clone_params(name: &str, storage: &str) -> Vec<(String, String)> {
+    vec![("snapname".into(), name.to_string()), ("full".into(), "1".into()), ("storage".into(), storage.to_string())]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +385,50 @@ mod tests {
     fn a_missing_snapshot_task_error_is_gone() {
         assert!(is_gone(&api::task_error("rolling back", "snapshot 'nope' does not exist")));
         assert!(!is_gone(&api::task_error("rolling back", "VM is locked (backup)")));
+    }
+
+    fn machine(sizes: &[u64]) -> Machine {
+        use banlieue_sdk::provider::{Disk, Firmware, ImageSource, PowerState, UserDataFormat};
+        Machine {
+            uid: "0a1b2c3d-0000-4000-8000-0000000002aa".into(),
+            name: "restored".into(),
+            namespace: "default".into(),
+            cpus: 2,
+            memory_mib: 2048,
+            firmware: Firmware::Bios,
+            disks: sizes.iter().enumerate().map(|(i, s)| Disk { name: format!("d{i}"), size_gib: *s, target: "local-lvm".into() }).collect(),
+            nics: vec![],
+            image: ImageSource::Template("9000".into()),
+            user_data: None,
+            user_data_format: UserDataFormat::CloudConfig,
+            failure_domain: "pve2".into(),
+            power_state: PowerState::PoweredOff,
+            labels: vec![],
+        }
+    }
+
+    /// `GET …/snapshot/bl-s1/config` as fakepve answers it for a VM with a second disk.
+    fn snapshot_config() -> Value {
+        json!({"cores": 2, "memory": 2048, "scsi0": "local-lvm:vm-101-disk-0,size=4G", "scsi1": "local-lvm:vm-101-disk-1,size=8G",
+               "net0": "virtio=BC:24:11:00:01:01,bridge=vmbr0", "tags": "banlieue-0a1b2c3d-0000-4000-8000-000000000101",
+               "name": "existing.default", "snaptime": 1796578071, "description": "d"})
+    }
+
+    #[test]
+    fn a_disk_smaller_than_the_snapshots_in_its_position_is_refused() {
+        assert!(clone_refusal(&snapshot_config(), &machine(&[4, 8])).is_none());
+        assert!(clone_refusal(&snapshot_config(), &machine(&[10, 8, 5])).is_none(), "larger and further disks are made later");
+        assert!(clone_refusal(&snapshot_config(), &machine(&[0])).is_none(), "a size of 0 keeps the snapshot's");
+        let e = clone_refusal(&snapshot_config(), &machine(&[4, 2])).unwrap();
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("disk d1 is 8 GiB") && m.contains("local-lvm:vm-101-disk-1")), "{e:?}");
+    }
+
+    #[test]
+    fn a_snapshot_is_cloned_in_full_onto_the_boot_disks_storage() {
+        let params = clone_params("bl-s1", "local-lvm");
+        let get = |k: &str| params.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!((get("snapname"), get("full"), get("storage")), (Some("bl-s1"), Some("1"), Some("local-lvm")));
+        let body = String::from_utf8(api::form(&params)).unwrap();
+        assert_eq!(body, "snapname=bl-s1&full=1&storage=local-lvm");
     }
 }

@@ -58,7 +58,9 @@
 //! - Snapshots ([`snapshot`]): `CreateSnapshot_Task` (a snapshot already named
 //!   as asked is returned), `RevertToSnapshot_Task` (`suppressPowerOn`),
 //!   `RemoveSnapshot_Task` (children kept); the id is the snapshot's managed
-//!   object id, the list the VM's `snapshot` tree flattened.
+//!   object id, the list the VM's `snapshot` tree flattened. `snapshot-clone` is the
+//!   create path's `CloneVM_Task` from the source VM with `spec.snapshot` (linked:
+//!   `diskMoveType` `createNewChildDiskBacking`), then the same reconfiguration and power.
 //! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
 //!   named `image-{vmimage}-{12 hex of its sha256}` through `ImportVApp` and an
 //!   `HttpNfcLease`, the host streaming the VMDK ([`import`]).
@@ -611,14 +613,31 @@ fn disk_changes(name: &str, devices: Option<&Node>, want: &[banlieue_sdk::provid
     Ok(changes)
 }
 
-/// Clone the machine's VM; returns it.
-fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
+/// What a machine's VM is cloned from.
+pub(crate) enum Origin<'a> {
+    /// The template the machine's image source names (`create`).
+    Template,
+    /// Another machine's VM at one of its snapshots (`snapshot-clone`).
+    Snapshot {
+        /// The source VM.
+        vm: &'a MoRef,
+        /// The source, for messages (`ns_vm snapshot snapshot-72 (bl-1)`).
+        what: &'a str,
+        source: soap::SnapshotSource,
+    },
+}
+
+/// Clone the machine's VM from `origin` into the machine's cluster, folder, pool and
+/// datastore, with its instance UUID, CPUs, memory, NICs and guestinfo; returns it.
+pub(crate) fn clone_machine(vim: &Vim, machine: &Machine, origin: &Origin) -> VResult<MoRef> {
     let name = vm_name(&machine.namespace, &machine.name);
-    let ImageSource::Template(template) = &machine.image else {
-        return Err(Error::InvalidSpec(format!(
-            "the vSphere driver clones VMs from templates; {name} has another image source"
-        ))
-        .into());
+    let template = match (origin, &machine.image) {
+        (Origin::Template, ImageSource::Template(template)) => template.as_str(),
+        (Origin::Template, _) => {
+            return Err(Error::InvalidSpec(format!("the vSphere driver clones VMs from templates; {name} has another image source")).into());
+        }
+        // The disks come from the snapshot: the image source plays no part.
+        (Origin::Snapshot { .. }, _) => "",
     };
     let mut specs: Vec<PropSpec> = INVENTORY.to_vec();
     specs.extend_from_slice(VMS);
@@ -658,8 +677,20 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let template_ref = find_template(vim, &inv, template)?;
-    let devices = vim.props(&template_ref, &["config.hardware.device"])?;
+    let (source_ref, devices) = match origin {
+        Origin::Snapshot { vm, source, .. } => {
+            // The clone gets the devices the VM had when the snapshot was taken: the snapshot's
+            // `config`, else (a vCenter that does not say) the VM's own.
+            let at_snapshot = vim.props(&source.snapshot, &["config.hardware.device"])?;
+            let devices = if at_snapshot.props.contains_key("config.hardware.device") { at_snapshot } else { vim.props(vm, &["config.hardware.device"])? };
+            ((*vm).clone(), devices)
+        }
+        Origin::Template => {
+            let r = find_template(vim, &inv, template)?;
+            let devices = vim.props(&r, &["config.hardware.device"])?;
+            (r, devices)
+        }
+    };
     let remove_nics = if machine.nics.is_empty() { Vec::new() } else { ethernet_cards(devices.props.get("config.hardware.device")) };
     // Disks the template cannot become (one to shrink, no controller room) are refused
     // before anything is cloned.
@@ -679,9 +710,19 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
         // Made while the clone is off, once its devices (the template's) are known.
         disks: Vec::new(),
     };
-    info!("cloning vSphere template {template} into VM {name} (cluster {})", cluster.name);
-    let body = soap::clone_vm(&template_ref, &folder, &name, &pool, datastore.as_ref(), &spec);
-    match vim.run_task(&format!("CloneVM_Task {template} -> {name}"), &body) {
+    let (what, snapshot) = match origin {
+        Origin::Template => (format!("vSphere template {template}"), None),
+        Origin::Snapshot { what, source, .. } => (what.to_string(), Some(source)),
+    };
+    let kind = match snapshot {
+        Some(s) if s.linked => " (linked clone)",
+        Some(_) => " (full clone)",
+        None => "",
+    };
+    info!("cloning {what} into VM {name}{kind} (cluster {})", cluster.name);
+    let body = soap::clone_vm(&source_ref, &folder, &name, &pool, datastore.as_ref(), &spec, snapshot);
+    let timeout = if snapshot.is_some() { snapshot::SNAPSHOT_TASK_TIMEOUT_MS } else { vim::TASK_TIMEOUT_MS };
+    match vim.run_task_within(&format!("CloneVM_Task {what} -> {name}"), &body, timeout) {
         Ok(Some(n)) if n.as_ref().is_some() => Ok(n.as_ref().unwrap()),
         Ok(_) => lookup(vim, &machine.uid, "after the clone"),
         Err(e) if is_fault(&e, "DuplicateName") => match vim.find_vm(&machine.uid)? {
@@ -701,7 +742,7 @@ fn clone_machine(vim: &Vim, machine: &Machine) -> VResult<MoRef> {
 }
 
 /// Bring an existing VM to the machine's hardware (while off) and power state.
-fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<MachineStatus> {
+pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<MachineStatus> {
     let p = vim.props(vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device"])?;
     let name = p.str("name").unwrap_or(&vm.value).to_string();
     let off = power_state(p.str("runtime.powerState")) == PowerState::PoweredOff;
@@ -751,7 +792,7 @@ impl Driver for VSphere {
         with_vim(config, |vim| {
             let vm = match vim.find_vm(&machine.uid)? {
                 Some(vm) => vm,
-                None => clone_machine(vim, machine)?,
+                None => clone_machine(vim, machine, &Origin::Template)?,
             };
             realise(vim, &vm, machine)
         })
@@ -790,6 +831,10 @@ impl Driver for VSphere {
 
     fn snapshot_revert(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
         snapshot::revert(config, machine, id)
+    }
+
+    fn snapshot_clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, snapshot_id: &str, linked: bool) -> Result<MachineStatus> {
+        snapshot::clone(config, machine, source, snapshot_id, linked)
     }
 
     fn snapshot_delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {

@@ -11,14 +11,21 @@
 //!   the VM's power state then as the node's `state`: `poweredOn` is read as
 //!   "holds memory".
 //! - `current` is the node that `snapshot.currentSnapshot` names.
+//! - A restore into a new machine (`snapshot-clone`) is `CloneVM_Task` of the source VM with
+//!   `spec.snapshot` = the snapshot (and `diskMoveType` `createNewChildDiskBacking` for a
+//!   linked clone), through the same clone spec `create` gives a VM from a template (name,
+//!   folder, pool, datastore, instance UUID = the new machine's UID, CPUs, memory, NICs,
+//!   guestinfo), then brought to the machine as `create` does ([`crate::realise`]). The
+//!   snapshot is looked up in the source's tree first: vcsim ignores `spec.snapshot` (it clones
+//!   the VM as it is now, even for a snapshot that does not exist), vCenter would fault.
 
-use banlieue_sdk::provider::{MachineRef, ProviderConfig, Result, Snapshot, SnapshotRequest};
+use banlieue_sdk::provider::{Machine, MachineRef, MachineStatus, ProviderConfig, Result, Snapshot, SnapshotRequest};
 use banlieue_sdk::session::SessionError;
 use banlieue_sdk::{Error, info};
 
-use crate::soap::{self, MoRef, Node, ObjectContent, el};
+use crate::soap::{self, MoRef, Node, ObjectContent, SnapshotSource, el};
 use crate::vim::{VResult, Vim};
-use crate::{lookup, vm_name, with_vim};
+use crate::{Origin, clone_machine, lookup, realise, vm_name, with_vim};
 
 /// How long a snapshot task may take: a memory snapshot writes the VM's memory out, and a
 /// removal merges the snapshot's delta disks.
@@ -213,6 +220,32 @@ pub fn revert(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result
         info!("reverting vSphere VM {name} to snapshot {id} ({})", e.snapshot.name);
         vim.run_task_within(&format!("RevertToSnapshot_Task {id} of {name}"), &revert_request(&e.moref), SNAPSHOT_TASK_TIMEOUT_MS)
             .map(|_| ())
+    })
+}
+
+/// Make `machine` as a clone of `source`'s VM at its snapshot `id` (linked: on child disks of
+/// the snapshot's), or return the VM that already carries the machine's UID (a retry).
+pub fn clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, id: &str, linked: bool) -> Result<MachineStatus> {
+    if machine.uid.is_empty() {
+        return Err(Error::InvalidSpec("the machine has no UID".into()));
+    }
+    if machine.uid.eq_ignore_ascii_case(&source.uid) {
+        return Err(Error::InvalidSpec(format!("machine {} cannot be restored into itself: snapshot-clone makes a new machine", machine.uid)));
+    }
+    with_vim(config, |vim| {
+        // Found by its instance UUID as `create` finds it: a retry never clones twice.
+        if let Some(vm) = vim.find_vm(&machine.uid)? {
+            return realise(vim, &vm, machine);
+        }
+        let (source_vm, props) = read(vim, source)?;
+        let source_name = props.str("name").unwrap_or(&source_vm.value).to_string();
+        let Some(e) = flatten(props.props.get("snapshot")).into_iter().find(|e| e.snapshot.id == id) else {
+            return Err(Error::NotFound(format!("vSphere VM {source_name} has no snapshot {id}")).into());
+        };
+        let what = format!("snapshot {id} ({}) of vSphere VM {source_name}", e.snapshot.name);
+        let origin = Origin::Snapshot { vm: &source_vm, what: &what, source: SnapshotSource { snapshot: e.moref, linked } };
+        let vm = clone_machine(vim, machine, &origin)?;
+        realise(vim, &vm, machine)
     })
 }
 

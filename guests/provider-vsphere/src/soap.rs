@@ -468,16 +468,33 @@ impl ConfigSpec {
 }
 
 /// `CloneVM_Task` of `template` into `folder` as `name`, in `pool` on `datastore`, powered off.
-pub fn clone_vm(template: &MoRef, folder: &MoRef, name: &str, pool: &MoRef, datastore: Option<&MoRef>, config: &ConfigSpec) -> String {
+pub fn clone_vm(template: &MoRef, folder: &MoRef, name: &str, pool: &MoRef, datastore: Option<&MoRef>, config: &ConfigSpec, snapshot: Option<&SnapshotSource>) -> String {
     let ds = datastore.map(|d| d.xml("datastore")).unwrap_or_default();
+    // A linked clone's disks are new child (delta) disks of the snapshot's: vCenter accepts that
+    // move type only together with `spec.snapshot`.
+    let move_type = match snapshot {
+        Some(s) if s.linked => "<diskMoveType>createNewChildDiskBacking</diskMoveType>",
+        _ => "",
+    };
+    let from = snapshot.map(|s| s.snapshot.xml("snapshot")).unwrap_or_default();
     let inner = format!(
-        "{}{}<spec><location>{ds}{}</location><template>false</template><config>{}</config><powerOn>false</powerOn></spec>",
+        "{}{}<spec><location>{ds}{move_type}{}</location><template>false</template><config>{}</config><powerOn>false</powerOn>{from}</spec>",
         folder.xml("folder"),
         el("name", name),
         pool.xml("pool"),
         config.xml()
     );
     method("CloneVM_Task", template, &inner)
+}
+
+/// Where a clone of a VM (not of a template) starts: one of its snapshots, copied (full
+/// clone) or shared (linked clone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotSource {
+    /// The `VirtualMachineSnapshot`.
+    pub snapshot: MoRef,
+    /// Share the snapshot's disks (`diskMoveType` `createNewChildDiskBacking`) instead of copying them.
+    pub linked: bool,
 }
 
 /// `ReconfigVM_Task`.
@@ -603,6 +620,7 @@ mod tests {
             &MoRef::new("ResourcePool", "resgroup-8"),
             Some(&MoRef::new("Datastore", "datastore-1")),
             &config,
+            None,
         );
         let env = envelope(&body);
         let doc = roxmltree::Document::parse(&env).unwrap();
@@ -618,6 +636,39 @@ mod tests {
         let loc = doc.descendants().find(|n| n.has_tag_name("location")).unwrap();
         let order: Vec<&str> = loc.children().filter(|c| c.is_element()).map(|c| c.tag_name().name()).collect();
         assert_eq!(order, ["datastore", "pool"]);
+        let spec = doc.descendants().find(|n| n.has_tag_name("spec")).unwrap();
+        assert!(!spec.children().any(|c| c.has_tag_name("snapshot")), "a template clone names no snapshot");
+    }
+
+    #[test]
+    fn a_clone_from_a_snapshot_names_it_after_power_on_and_a_linked_one_its_disk_move_type() {
+        let from = |linked| SnapshotSource { snapshot: MoRef::new("VirtualMachineSnapshot", "snapshot-72"), linked };
+        let order = |body: &str, tag: &str| -> Vec<String> {
+            let env = envelope(body);
+            let doc = roxmltree::Document::parse(&env).unwrap();
+            let n = doc.descendants().find(|n| n.has_tag_name(tag)).unwrap();
+            n.children().filter(|c| c.is_element()).map(|c| c.tag_name().name().to_string()).collect()
+        };
+        let build = |source: Option<&SnapshotSource>| {
+            clone_vm(
+                &MoRef::new("VirtualMachine", "vm-63"),
+                &MoRef::new("Folder", "group-v3"),
+                "ns_restored",
+                &MoRef::new("ResourcePool", "resgroup-8"),
+                Some(&MoRef::new("Datastore", "datastore-1")),
+                &ConfigSpec { instance_uuid: Some("u-2".into()), ..Default::default() },
+                source,
+            )
+        };
+        let full = build(Some(&from(false)));
+        assert_eq!(order(&full, "spec"), ["location", "template", "config", "powerOn", "snapshot"]);
+        assert_eq!(order(&full, "location"), ["datastore", "pool"]);
+        assert!(full.contains("<snapshot type=\"VirtualMachineSnapshot\">snapshot-72</snapshot></spec>"), "{full}");
+        let linked = build(Some(&from(true)));
+        // vim25's VirtualMachineRelocateSpec: datastore, diskMoveType, pool.
+        assert_eq!(order(&linked, "location"), ["datastore", "diskMoveType", "pool"]);
+        assert!(linked.contains("<diskMoveType>createNewChildDiskBacking</diskMoveType>"), "{linked}");
+        assert!(!build(None).contains("diskMoveType"));
     }
 
     #[test]
