@@ -254,6 +254,45 @@ async fn a_vm_with_snapshots_moves_only_when_its_policy_drops_them() -> anyhow::
     Ok(())
 }
 
+/// A restore into a new VM on vSphere: a second VM cloned by `CloneVM_Task` from the
+/// snapshot (the request names it; vcsim itself clones the VM as it is, and ignores it), the
+/// new VM known by its own UID, the source untouched.
+#[tokio::test]
+async fn on_vsphere_a_restore_clones_a_new_vm_from_the_snapshot() -> anyhow::Result<()> {
+    use banlieue_test_backends::fault_proxy::FaultProxy;
+    let env = TestEnv::start("snap-restore-vc").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let proxy = FaultProxy::start(&vc.url).await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = banlieue_tests::backends::vsphere_fixtures_at(&env, &proxy.url_for(&vc.url), vcsim::PASSWORD).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
+    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    env.apply(snapshot(&env, "golden", "web", json!({}))).await?;
+    let golden = taken(&snaps, "golden").await?;
+
+    env.apply(vm(&env, "copy", &n, VCENTER, json!({"source": {"snapshotRef": {"name": "golden"}, "linkedClone": true}}))).await?;
+    let copy = wait_for(&vms, "copy", 90, "Ready", is_ready).await?;
+    assert_ne!(machine_uid(&copy), machine_uid(&web));
+    let moref = vc.find_vm(&machine_uid(&copy)).await?.expect("the restored VM on vcsim, under its own UID");
+    assert_eq!(vc.name(&moref).await?, format!("{}_copy", env.ns));
+    let clones: Vec<_> = proxy.log().into_iter().filter(|r| r.op.as_deref() == Some("CloneVM_Task") && r.body_has(&format!(">{}</snapshot>", snapshot_id(&golden)))).collect();
+    assert_eq!(clones.len(), 1, "one clone from the snapshot");
+    assert!(clones[0].body_has("createNewChildDiskBacking"), "a linked clone was asked for");
+    assert_eq!(vc.snapshots(&vc.find_vm(&machine_uid(&web)).await?.unwrap()).await?.0.len(), 1, "the source keeps its snapshot");
+
+    // Bad input: a snapshot that is not there, or on another Provider than the VM's.
+    env.apply(vm(&env, "nowhere", &n, VCENTER, json!({"source": {"snapshotRef": {"name": "nope"}}}))).await?;
+    let why = |v: Option<&VirtualMachine>| v?.status.as_ref()?.conditions.iter().find(|c| c.type_ == "InfrastructureReady").map(|c| (c.reason.clone(), c.message.clone()));
+    let v = wait_for(&vms, "nowhere", 60, "InvalidRestore", move |v: Option<&VirtualMachine>| why(v).is_some_and(|(r, _)| r == "InvalidRestore")).await?;
+    assert!(why(Some(&v)).unwrap().1.starts_with("spec.source.snapshotRef:"));
+    let names = vc.vm_names().await?;
+    assert!(!names.contains(&format!("{}_nowhere", env.ns)), "nothing made: {names:?}");
+    Ok(())
+}
+
 /// A control plane killed between the backend taking a snapshot and the status saying so
 /// takes no second one: the restarted one finds it by the VMSnapshot's UID. The window is
 /// made certain, not raced: a proxy lets vSphere take the snapshot and loses its answer.
@@ -429,6 +468,20 @@ async fn on_proxmox_snapshots_are_taken_rolled_back_to_and_deleted_in_the_vms_sn
     let (list, _) = pve.snapshots(&on_pve.node, on_pve.vmid).await?;
     assert_eq!(list.iter().map(|s| s["name"].as_str().unwrap_or("")).collect::<Vec<_>>(), [before_name.as_str()]);
 
+    // Restore into a new VM: cloned from the snapshot (a setting made by hand on the source
+    // after the snapshot is not in the copy), under its own UID.
+    pve.api("PUT", &format!("/nodes/{}/qemu/{}/config", on_pve.node, on_pve.vmid), &[("onboot", "1")]).await?;
+    env.apply(pve_vm(&env, "copy", &n, json!({"source": {"snapshotRef": {"name": "before"}}}))).await?;
+    let copy = wait_for(&vms, "copy", 90, "Ready", is_ready).await?;
+    let [copy_on_pve] = pve.vms_tagged(&machine_uid(&copy)).await?.try_into().map_err(|v| anyhow::anyhow!("one VM: {v:?}"))?;
+    assert_ne!(copy_on_pve.vmid, on_pve.vmid);
+    assert!(!copy_on_pve.tags.contains(&machine_uid(&web)), "the copy carries its own UID only: {}", copy_on_pve.tags);
+    let clones = pve.tasks(&on_pve.node).await?.into_iter().filter(|t| t["type"] == "qmclone" && t["id"] == on_pve.vmid.to_string()).count();
+    assert_eq!(clones, 1, "one clone of the source VM");
+    assert_ne!(pve.vm_config(&copy_on_pve.node, copy_on_pve.vmid).await?["onboot"], 1, "the snapshot's configuration, not the source's present one");
+    vms.delete("copy", &DeleteParams::default()).await?;
+    await_deleted(&vms, "copy").await?;
+
     vms.delete("web", &DeleteParams::default()).await?;
     await_deleted(&vms, "web").await?;
     await_deleted(&snaps, "before").await?;
@@ -470,7 +523,7 @@ async fn on_libvirtd_a_revert_takes_back_what_the_guest_wrote_after_the_snapshot
     env.install_crds().await?;
     let lv = Libvirtd::shared()?;
     let domain = format!("{}_web", env.ns);
-    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: domain.clone(), volumes: vec![] };
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{}_", env.ns), volumes: vec![] };
     let _cp = ControlPlane::start(&env)?;
     let n = libvirtd_fixtures(&env, lv).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
@@ -502,6 +555,19 @@ async fn on_libvirtd_a_revert_takes_back_what_the_guest_wrote_after_the_snapshot
     .await
     .map_err(|_| anyhow::anyhow!("the guest did not write its marker: {}", lv.serial_log(&domain)))?;
     assert!(written(lv)?, "the guest's write is on the volume");
+
+    // Restore into a new VM (off): its disk is the snapshot's, without the guest's write.
+    env.apply(vm(&env, "copy", &n, KVM, json!({"desiredPowerState": "PoweredOff", "source": {"snapshotRef": {"name": "clean"}}}))).await?;
+    let copy = wait_for(&vms, "copy", 120, "Ready", is_ready).await?;
+    let copy_domain = format!("{}_copy", env.ns);
+    assert_eq!(lv.uuid(&copy_domain)?, machine_uid(&copy));
+    let copy_bytes = lv.read_volume(&format!("{copy_domain}_root.qcow2"), DISK_WRITE_OFFSET, 256)?;
+    assert!(!String::from_utf8_lossy(&copy_bytes).contains("banlieue-disk:"), "the copy is the snapshot's disk");
+    assert!(lv.snapshots(&copy_domain)?.0.is_empty(), "a restored VM starts with no snapshots");
+    assert!(written(lv)?, "the source keeps its write");
+    vms.delete("copy", &DeleteParams::default()).await?;
+    await_deleted(&vms, "copy").await?;
+    assert!(lv.domains(&copy_domain)?.is_empty());
 
     // Revert (and stay off, so the guest does not write again): the write is gone.
     patch_spec(&vms, "web", json!({"revertTo": "clean", "desiredPowerState": "PoweredOff"})).await?;

@@ -112,6 +112,10 @@ pub struct ResolvedVm {
     /// Bumped to restart the machine once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_requested_at: Option<String>,
+    /// Make the machine as a copy of another machine at one of its snapshots (its VM's
+    /// `spec.source.snapshotRef`, resolved), instead of from `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<MachineRestore>,
     /// Bring the machine back to a snapshot once (its VM's `spec.revertTo`, resolved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<MachineRevert>,
@@ -126,6 +130,25 @@ pub struct ResolvedVm {
     /// `OnNextPowerCycle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<UpdatePolicy>,
+}
+
+/// The machine and snapshot a machine is restored from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRestore {
+    /// The machine the snapshot was taken of: its name, the UID its backend knows it by, and
+    /// its failure domain (the Provider's name for it).
+    pub source_machine: String,
+    #[serde(rename = "sourceMachineUID")]
+    pub source_machine_uid: String,
+    #[serde(default)]
+    pub source_failure_domain: String,
+    /// The backend's id of the snapshot.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    /// A linked clone where the backend can.
+    #[serde(default)]
+    pub linked: bool,
 }
 
 /// A snapshot to bring a machine back to.

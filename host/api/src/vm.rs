@@ -65,6 +65,12 @@ pub struct VirtualMachineSpec {
     /// Static addresses (or IP pools) of the class's NICs; a NIC not named here takes DHCP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<VmNetwork>,
+    /// Make the VM from a snapshot rather than from its image: a new machine with the
+    /// snapshotted VM's disks as they were (a restore into a new VM), on the snapshot's
+    /// Provider (`spec.placement.providerRef` must name it). Read when the VM's machine is
+    /// made; the VM lives on its own afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<VmSource>,
     /// Revert the VM to this VMSnapshot (a Ready snapshot of this VM, same namespace), once:
     /// the VM is powered off (per `powerOffMode`), its backend machine brought back to the
     /// snapshot, and powered on again if `desiredPowerState` says so. Recorded in
@@ -77,6 +83,19 @@ pub struct VirtualMachineSpec {
     /// Stop reconciling this VM (the backend VM is left as it is).
     #[serde(default)]
     pub paused: bool,
+}
+
+/// Where a VM's disks come from, when not from its image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmSource {
+    /// A Ready VMSnapshot of this namespace (of another VM, or of one since deleted while
+    /// the snapshot lives).
+    pub snapshot_ref: NameRef,
+    /// Share the snapshotted disks where the backend can (a vSphere linked clone) instead of
+    /// copying them; Proxmox VE and libvirt always copy.
+    #[serde(default)]
+    pub linked_clone: bool,
 }
 
 /// How a VM's NICs are addressed.

@@ -113,6 +113,18 @@ enum Command {
         #[command(flatten)]
         wait: Wait,
     },
+    /// Make a new VM from a snapshot (on the snapshot's Provider).
+    Restore {
+        snapshot: String,
+        /// The new VM's name.
+        #[arg(long)]
+        to: String,
+        /// Share the snapshot's disks where the backend can (a vSphere linked clone).
+        #[arg(long)]
+        linked: bool,
+        #[command(flatten)]
+        wait: Wait,
+    },
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
 }
@@ -291,6 +303,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Snapshots { name } => snapshots::list(&t, &name).await,
         Command::Revert { name, snapshot, wait } => snapshots::revert(&t, &name, &snapshot, wait).await,
+        Command::Restore { snapshot, to, linked, wait } => snapshots::restore(&t, &snapshot, &to, linked, wait).await,
         Command::Completion { .. } => Ok(()),
     }
 }

@@ -109,6 +109,46 @@ pub async fn list(t: &Target, vm: &str) -> Result<()> {
     Ok(())
 }
 
+/// A new VM `to` made from `snapshot` (`spec.source.snapshotRef`), on the snapshot's
+/// Provider: the snapshotted VM's spec when it still exists, else its class, image and
+/// user-data as the snapshot recorded them; with `--wait`, until it is Ready.
+pub async fn restore(t: &Target, snapshot: &str, to: &str, linked: bool, wait: Wait) -> Result<()> {
+    let Some(snap) = t.snapshots().get_opt(snapshot).await? else {
+        let names: Vec<String> = t.snapshots().list(&ListParams::default()).await?.items.iter().map(|s| s.name_any()).collect();
+        return Err(Failure::NotFound(not_found("vmsnapshot", snapshot, &t.namespace, &names)));
+    };
+    let st = snap.status.clone().unwrap_or_default();
+    let (Some(SnapshotPhase::Ready), Some(source)) = (st.phase, st.source) else {
+        return Err(Failure::Refused(format!("vmsnapshot {snapshot:?} is {:?}, not Ready", st.phase.unwrap_or_default())));
+    };
+    let mut spec = match t.vms().get_opt(&snap.spec.vm_ref.name).await? {
+        Some(original) => serde_json::to_value(&original.spec).map_err(anyhow::Error::from)?,
+        None => json!({"classRef": source.class_ref, "imageRef": source.image_ref, "userData": source.user_data}),
+    };
+    if let Some(s) = spec.as_object_mut() {
+        // A new VM: not the original's revert, restore or pause.
+        for field in ["revertTo", "source", "paused", "restartRequestedAt"] {
+            s.remove(field);
+        }
+    }
+    spec["placement"] = json!({"providerRef": {"name": source.provider}});
+    spec["source"] = json!({"snapshotRef": {"name": snapshot}, "linkedClone": linked});
+    let vm: banlieue_api::VirtualMachine = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": to, "namespace": t.namespace}, "spec": spec,
+    }))
+    .map_err(anyhow::Error::from)?;
+    t.vms().create(&PostParams::default(), &vm).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 409 => Failure::Refused(format!("virtualmachine {to:?} already exists")),
+        e => e.into(),
+    })?;
+    println!("virtualmachine/{to} restoring from {snapshot} on {}", source.provider);
+    if wait.wait {
+        await_vm(t, to, wait, "Ready", ready).await?;
+    }
+    Ok(())
+}
+
 /// Set the VM's `spec.revertTo` (cleared first when it already names the snapshot, so the
 /// revert happens again); with `--wait`, until the VM is back at it and Ready.
 pub async fn revert(t: &Target, vm: &str, snapshot: &str, wait: Wait) -> Result<()> {

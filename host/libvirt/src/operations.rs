@@ -186,17 +186,57 @@ impl Libvirt {
         .await
     }
 
-    /// Create a volume in `pool` from volume XML as a full copy of volume `source` of the
-    /// same pool (`virStorageVolCreateXMLFrom`): a qcow2's internal snapshots come along.
+    /// Create a volume in `pool` from volume XML holding a byte-for-byte copy of volume
+    /// `source` of the same pool: the file itself, streamed (download into upload), so a
+    /// qcow2 keeps its internal snapshots and its backing file. (`virStorageVolCreateXMLFrom`
+    /// would not: it copies with `qemu-img convert`, which writes the current content only.)
     pub async fn volume_clone(&self, pool: &str, source: &str, xml: String) -> Result<VolumeInfo> {
         check_c_string("pool name", pool)?;
         check_c_string("volume name", source)?;
         check_c_string("volume XML", &xml)?;
         let (pool, source) = (pool.to_string(), source.to_string());
-        self.run("volume-clone", move |c| {
+        let limit = self.timeout() * 10;
+        self.run_within("volume-clone", limit, move |c| {
             let pool = StoragePool::lookup_by_name(c, &pool)?;
             let from = StorageVol::lookup_by_name(&pool, &source)?;
-            volume_info(&StorageVol::create_xml_from(&pool, &xml, &from, 0)?)
+            let to = StorageVol::create_xml(&pool, &xml, 0)?;
+            let copied = (|| {
+                let down = Stream::new(c, 0)?;
+                from.download(&down, 0, 0, 0)?;
+                let up = Stream::new(c, 0)?;
+                to.upload(&up, 0, 0, 0)?;
+                let mut buf = vec![0u8; UPLOAD_CHUNK];
+                loop {
+                    let n = match down.recv(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) => {
+                            let _ = up.abort();
+                            return Err(e);
+                        }
+                    };
+                    let mut sent = 0;
+                    while sent < n {
+                        match up.send(&buf[sent..n]) {
+                            Ok(k) => sent += k,
+                            Err(e) => {
+                                let _ = down.abort();
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
+                down.finish()?;
+                up.finish()
+            })();
+            match copied {
+                Ok(()) => volume_info(&to),
+                Err(e) => {
+                    // A half copy is no copy.
+                    let _ = to.delete(0);
+                    Err(e)
+                }
+            }
         })
         .await
     }

@@ -59,7 +59,7 @@ reasons! {
     Built, Building, BuildFailed, BuildNotConfigured,
     // Snapshots and reverts.
     SnapshotTaken, SnapshotInProgress, SnapshotDeleted, SnapshotsUnsupported, VMNotFound, VMNotPlaced, NotFoundOnBackend,
-    Reverting, Reverted, InvalidRevert, SnapshotNotReady, InvalidSchedule, SnapshotRunStarted, SnapshotsBlockMove, SnapshotsDropped,
+    Reverting, Reverted, InvalidRevert, SnapshotNotReady, InvalidSchedule, SnapshotRunStarted, SnapshotsBlockMove, SnapshotsDropped, InvalidRestore, Restored,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

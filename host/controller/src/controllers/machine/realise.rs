@@ -3,7 +3,7 @@
 
 use banlieue_api::common::{Initialization, MachinePhase, PowerState};
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, UpdatePolicy};
-use banlieue_runtime::provider::{self as wit, MachineStatus};
+use banlieue_runtime::provider::{self as wit, MachineRef, MachineStatus};
 use banlieue_runtime::{CallError, GuestError};
 use kube::api::{ApiResource, DynamicObject};
 use kube::Resource;
@@ -39,7 +39,24 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
         None => {
             let machine = wit_machine(ctx, m, spec).await?;
             let _op = operation(b)?;
-            let created = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+            let created = match &spec.vm.restore {
+                // A restore: a copy of another machine at its snapshot (then a machine like any other).
+                Some(from) => {
+                    let source = MachineRef {
+                        uid: from.source_machine_uid.clone(),
+                        name: from.source_machine.clone(),
+                        namespace: r.namespace.clone(),
+                        provider_id: None,
+                        failure_domain: from.source_failure_domain.clone(),
+                    };
+                    let made = call(ctx, b, "snapshot-clone", b.driver.component.snapshot_clone(&b.config, &machine, &source, &from.snapshot_id, from.linked, limits, grants.clone()))
+                        .await
+                        .map_err(|f| f.context(format_args!("restoring snapshot {} of {}", from.snapshot_id, from.source_machine)))?;
+                    ctx.event(&m.object_ref(resource), false, Reason::Restored, "Restore", format!("made from snapshot {} of {}", from.snapshot_id, from.source_machine)).await;
+                    made
+                }
+                None => call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?,
+            };
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
             // A machine just made needs no restart for a request older than itself.
             st.last_restart_requested_at = spec.vm.restart_requested_at.clone();

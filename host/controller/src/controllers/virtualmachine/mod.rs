@@ -380,8 +380,10 @@ impl<'a> Reconcile<'a> {
             Current::Wait(outcome) => return Ok(outcome),
         };
         let revert = self.revert(existing.as_ref()).await?;
+        let restore = self.restore(&scheduled.provider, existing.as_ref()).await?;
         let mut spec = self.machine_spec(&wanted.class, &wanted.image, &provider, &scheduled, &addressing, existing.as_ref())?;
         spec.vm.revert = revert;
+        spec.vm.restore = restore;
         self.note_machine(&target, &spec);
         // The decision and the Machine it names are recorded (one write) before the Machine exists.
         self.record().await.map_err(status_error)?;

@@ -1,8 +1,10 @@
 //! `spec.revertTo`: which snapshot the VM's Machine is to be brought back to, decided
 //! from the VMSnapshot it names ([`decide`], pure), handed to the Machine (whose reconciler
 //! powers it off, reverts and powers it as the spec says), and followed in `status.revert`.
+//! And `spec.source.snapshotRef`: the snapshot a new VM's machine is restored from
+//! ([`restore_from`], pure).
 
-use banlieue_api::infra::MachineRevert;
+use banlieue_api::infra::{MachineRestore, MachineRevert};
 use banlieue_api::snapshot::SnapshotPhase;
 use banlieue_api::vm::{RevertPhase, RevertStatus};
 use banlieue_api::VMSnapshot;
@@ -56,7 +58,40 @@ pub fn decide(vm: &str, revert_to: &str, snapshot: Option<&VMSnapshot>, machine_
     Decision::Start(RevertStatus { snapshot: revert_to.to_string(), snapshot_uid: snapshot.uid().unwrap_or_default(), snapshot_id: id, phase: RevertPhase::Reverting, completion_time: None })
 }
 
+/// What a machine restored from `snapshot` (named `name`) is made from, for a VM placed on
+/// `provider`; why not, naming the field.
+pub fn restore_from(name: &str, snapshot: Option<&VMSnapshot>, provider: &str, linked: bool) -> Result<MachineRestore, (Reason, String)> {
+    let field = "spec.source.snapshotRef";
+    let snapshot = snapshot.ok_or_else(|| (Reason::InvalidRestore, format!("{field}: VMSnapshot {name:?} not found")))?;
+    let st = snapshot.status.clone().unwrap_or_default();
+    let (Some(SnapshotPhase::Ready), Some(id), Some(source)) = (st.phase, st.snapshot_id, st.source) else {
+        let phase = st.phase.unwrap_or_default();
+        return Err((Reason::SnapshotNotReady, format!("{field}: VMSnapshot {name:?} is {phase:?}, not Ready")));
+    };
+    if source.provider != provider {
+        return Err((
+            Reason::InvalidRestore,
+            format!("{field}: VMSnapshot {name:?} is on Provider {:?}; a restore is made there: set spec.placement.providerRef.name to {:?}", source.provider, source.provider),
+        ));
+    }
+    Ok(MachineRestore { source_machine: source.machine, source_machine_uid: source.machine_uid, source_failure_domain: source.failure_domain, snapshot_id: id, linked })
+}
+
 impl Reconcile<'_> {
+    /// Step 6, a restore: what the VM's new machine is made from. A machine that exists keeps
+    /// what it was made from (the snapshot may be gone since).
+    pub(super) async fn restore(&self, provider: &str, machine: Option<&DynamicObject>) -> Result<Option<MachineRestore>, Blocked> {
+        let Some(source) = &self.vm.spec.source else { return Ok(None) };
+        if let Some(made) = machine.and_then(|m| serde_json::from_value::<MachineRestore>(m.data["spec"]["vm"]["restore"].clone()).ok()) {
+            return Ok(Some(made));
+        }
+        let name = &source.snapshot_ref.name;
+        let snapshot = Api::<VMSnapshot>::namespaced(self.ctx.client.clone(), &self.ns).get_opt(name).await.map_err(api_error)?;
+        restore_from(name, snapshot.as_ref(), provider, source.linked_clone)
+            .map(Some)
+            .map_err(|(reason, message)| super::blocked(crate::status::conditions::INFRASTRUCTURE_READY, reason, message))
+    }
+
     /// Step 6, a revert: the snapshot `spec.revertTo` names, checked, for the Machine to apply
     /// once. What is wrong with it is said on `Reverted`; the VM goes on without it.
     pub(super) async fn revert(&mut self, machine: Option<&DynamicObject>) -> Result<Option<MachineRevert>, Blocked> {
@@ -124,6 +159,21 @@ mod tests {
             ..Default::default()
         });
         s
+    }
+
+    #[test]
+    fn a_restore_needs_a_ready_snapshot_on_the_vms_provider() {
+        let ready = snapshot("web", SnapshotPhase::Ready, "m-1");
+        let r = restore_from("before", Some(&ready), "vc", true).unwrap();
+        assert_eq!((r.source_machine.as_str(), r.source_machine_uid.as_str(), r.snapshot_id.as_str(), r.linked), ("web", "m-1", "snapshot-7", true));
+        let (reason, m) = restore_from("before", Some(&ready), "pve", false).unwrap_err();
+        assert_eq!(reason, Reason::InvalidRestore);
+        assert!(m.starts_with("spec.source.snapshotRef:") && m.contains("\"vc\""), "{m}");
+        let (reason, _) = restore_from("before", Some(&snapshot("web", SnapshotPhase::Failed, "m-1")), "vc", false).unwrap_err();
+        assert_eq!(reason, Reason::SnapshotNotReady);
+        let (reason, m) = restore_from("gone", None, "vc", false).unwrap_err();
+        assert_eq!(reason, Reason::InvalidRestore);
+        assert!(m.contains("not found"), "{m}");
     }
 
     fn refused(d: Decision) -> (Reason, String) {
