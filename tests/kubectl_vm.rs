@@ -215,6 +215,16 @@ async fn snapshot_commands_take_list_and_revert_on_the_backend() -> anyhow::Resu
     let first = kube::Api::<banlieue_api::VMSnapshot>::namespaced(env.client.clone(), &ns).get("first").await?;
     assert_eq!(current, [first.status.unwrap().snapshot_id.unwrap()]);
 
+    // Restore into a new VM, on the snapshot's Provider, with the VM's spec.
+    let (code, out, err) = kubectl_vm(&env, &["restore", "second", "--to", "web-copy", "-n", &ns, "--wait", "--timeout", "60"]).await?;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("virtualmachine/web-copy restoring from second on a"), "{out}");
+    let copy = vms.get("web-copy").await?;
+    assert_eq!(copy.spec.source.as_ref().map(|s| s.snapshot_ref.name.as_str()), Some("second"));
+    assert!(libvirt.domain_list().await?.iter().any(|d| d.name == format!("{ns}_web-copy")), "the restored domain on libvirt");
+    let (code, _, err) = kubectl_vm(&env, &["restore", "second", "--to", "web-copy", "-n", &ns]).await?;
+    assert_eq!(code, 4, "a name taken: {err}");
+
     // Unknown names and refusals.
     let (code, _, err) = kubectl_vm(&env, &["revert", "web", "frist", "-n", &ns]).await?;
     assert_eq!(code, 3, "{err}");
