@@ -223,16 +223,47 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
     .await?;
     assert_eq!(state(&domain).await?, Some(DomainState::Shutoff));
 
-    vms.delete("web", &DeleteParams::default()).await?;
-    await_deleted(&vms, "web").await?;
-    assert_eq!(state(&domain).await?, None, "the domain is gone");
+    // Snapshots: one taken and reverted to (the provider role takes it, the controller
+    // resolves the revert); a schedule over the pool, whose retention deletes the older.
+    use banlieue_api::snapshot::SnapshotPhase;
+    let snaps: Api<banlieue_api::VMSnapshot> = Api::namespaced(env.client.clone(), ns);
+    let phase = |s: Option<&banlieue_api::VMSnapshot>| s.and_then(|s| s.status.as_ref()?.phase);
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshot", "metadata": {"name": "before", "namespace": ns}, "spec": {"vmRef": {"name": "web"}}})).await?;
+    wait_for(&snaps, "before", 60, "Ready", move |s: Option<&banlieue_api::VMSnapshot>| phase(s) == Some(SnapshotPhase::Ready)).await?;
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"revertTo": "before"}}))).await?;
+    wait_for(&vms, "web", 60, "reverted", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()?.revert.as_ref()).is_some_and(|r| r.phase == banlieue_api::vm::RevertPhase::Reverted)
+    })
+    .await?;
 
-    // The pool made its member, and scaled to zero deletes it.
     let pools: Api<banlieue_api::VirtualMachinePool> = Api::namespaced(env.client.clone(), ns);
     let members = |n: i32| {
         move |p: Option<&banlieue_api::VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == n && s.ready_replicas == n)
     };
     wait_for(&pools, "fleet", 90, "1 Ready member", members(1)).await?;
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshotSchedule", "metadata": {"name": "often", "namespace": ns},
+                     "spec": {"schedule": "* * * * * *", "selector": {"matchLabels": {"banlieue.io/pool": "fleet"}}, "retention": {"keepLast": 1}}}))
+        .await?;
+    let scheduled = kube::api::ListParams::default().labels("banlieue.io/snapshot-schedule=often");
+    let first = banlieue_tests::within(60, async {
+        loop {
+            if let Some(s) = snaps.list(&scheduled).await?.items.into_iter().next() {
+                return anyhow::Ok(s.name_any());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await??;
+    await_deleted(&snaps, &first).await?;
+    let schedules: Api<banlieue_api::VMSnapshotSchedule> = Api::namespaced(env.client.clone(), ns);
+    schedules.patch("often", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await?;
+
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
+    assert_eq!(state(&domain).await?, None, "the domain is gone");
+    assert!(snaps.get_opt("before").await?.is_none(), "the VM's snapshot went first");
+
+    // The pool made its member, and scaled to zero deletes it.
     pools.patch("fleet", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await?;
     wait_for(&pools, "fleet", 60, "no member", members(0)).await?;
     await_deleted(&vms, "fleet-0").await?;
