@@ -15,7 +15,7 @@ use banlieue_api::{Provider, VirtualMachine};
 use banlieue_test_backends::fakepve::{self, FakePve};
 use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::backends::{machines, names, proxmox_fixtures, provider_class, pve_vm, secret, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, PVE, VCENTER};
+use banlieue_tests::backends::{libvirt_provider_class, libvirtd_fixtures, libvirtd_provider, machines, names, proxmox_fixtures, provider_class, pve_vm, secret, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, KVM, PVE, VCENTER};
 use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use anyhow::Context as _;
@@ -680,37 +680,8 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
 // ---------------------------------------------------------------------------------------------
 // libvirtd + qemu: a guest that boots, and a banlieue process killed mid-flight
 
-const KVM: &str = "kvm";
 /// Bound on a TCG boot to a DHCP lease (~15 s alone; two cores shared by parallel tests).
 const BOOT_SECS: u64 = 180;
-
-fn libvirt_provider_class(name: &str) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
-           "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}})
-}
-
-/// Provider `name` on the shared libvirtd: `standard` is its pool, `default` its DHCP network.
-fn libvirtd_provider(env: &TestEnv, lv: &Libvirtd, name: &str, class: &str) -> Value {
-    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
-           "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
-                    "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}})
-}
-
-/// The libvirt ProviderClass, a VMClass for the test guest (1 CPU, 256 MiB), a VMImage on its
-/// disk, and Provider `kvm` on libvirtd.
-async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
-    let n = names(env, "libvirt");
-    for object in [
-        libvirt_provider_class(&n.provider_class),
-        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
-               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
-        libvirtd_provider(env, lv, KVM, &n.provider_class),
-    ] {
-        env.apply(object).await?;
-    }
-    Ok(n)
-}
 
 fn vm_addresses(vm: &VirtualMachine) -> Vec<String> {
     vm.status.as_ref().map(|s| s.addresses.iter().map(|a| a.address.clone()).collect()).unwrap_or_default()

@@ -13,7 +13,7 @@ use banlieue_api::{VMSnapshot, VirtualMachine};
 use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::backends::{names, proxmox_fixtures, pve_vm, secret, vm, vm_class, vsphere_fixtures, Names, PveEndpoint, VCENTER};
+use banlieue_tests::backends::{libvirtd_fixtures, names, proxmox_fixtures, pve_vm, secret, vm, vm_class, vsphere_fixtures, PveEndpoint, KVM, VCENTER};
 use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -492,28 +492,10 @@ async fn on_proxmox_snapshots_are_taken_rolled_back_to_and_deleted_in_the_vms_sn
 // ---------------------------------------------------------------------------------------------
 // libvirtd + qemu
 
-const KVM: &str = "kvm";
 /// Bound on a TCG boot (~15 s alone; two cores shared by parallel tests).
 const BOOT_SECS: u64 = 180;
 /// Where the test guest writes `#banlieue-disk-write` (tests/backends/libvirtd/build-guest.sh).
 const DISK_WRITE_OFFSET: u64 = 40 << 20;
-
-async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
-    let n = names(env, "libvirt");
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": n.provider_class},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
-               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": KVM, "namespace": env.ns},
-               "spec": {"providerClassRef": {"name": n.provider_class}, "connection": {"endpoint": lv.uri},
-                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
-    ] {
-        env.apply(object).await?;
-    }
-    Ok(n)
-}
 
 /// A revert on libvirtd brings the guest's disk back: what the booting guest wrote after the
 /// snapshot is gone from the volume (read back from the qcow2's present state).

@@ -24,7 +24,7 @@ use banlieue_api::{VMSnapshot, VirtualMachine};
 use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::backends::{names, proxmox_fixtures, pve_vm, vm, vm_class, vsphere_fixtures, Names, PveEndpoint, VCENTER};
+use banlieue_tests::backends::{libvirtd_fixtures, proxmox_fixtures, pve_vm, vm, vsphere_fixtures, PveEndpoint, KVM, VCENTER};
 use banlieue_tests::bench::{env_or, median};
 use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
@@ -122,23 +122,6 @@ async fn web_ready(env: &TestEnv) -> anyhow::Result<VirtualMachine> {
     wait_for(&vms, "web", 180, "Ready", ready).await
 }
 
-async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
-    let n = names(env, "libvirt");
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": n.provider_class},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
-               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "kvm", "namespace": env.ns},
-               "spec": {"providerClassRef": {"name": n.provider_class}, "connection": {"endpoint": lv.uri},
-                        "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}}),
-    ] {
-        env.apply(object).await?;
-    }
-    Ok(n)
-}
-
 fn row(backend: &str, m: [f64; 4]) {
     println!("| {backend} | {:.0} | {:.0} | {:.0} | {:.0} |", m[0], m[2], m[1], m[3]);
 }
@@ -233,7 +216,7 @@ async fn bench() -> anyhow::Result<()> {
         let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: domain.clone(), volumes: vec![] };
         let _cp = ControlPlane::start(&env)?;
         let n = libvirtd_fixtures(&env, lv).await?;
-        env.apply(vm(&env, "web", &n, "kvm", json!({"desiredPowerState": "PoweredOff"}))).await?;
+        env.apply(vm(&env, "web", &n, KVM, json!({"desiredPowerState": "PoweredOff"}))).await?;
         web_ready(&env).await?;
         row("libvirt (libvirtd + qemu)", latencies(&env, ByHand::Libvirt(lv, domain), runs).await?);
     }

@@ -3,6 +3,7 @@
 //! each backend, and VMs pinned to them.
 
 use banlieue_test_backends::fakepve::{self, FakePve};
+use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use base64::Engine as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -12,6 +13,8 @@ use crate::TestEnv;
 
 pub const VCENTER: &str = "vcenter";
 pub const PVE: &str = "pve";
+/// The libvirtd Provider.
+pub const KVM: &str = "kvm";
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -132,4 +135,32 @@ pub fn pve_vm(env: &TestEnv, name: &str, n: &Names, extra: Value) -> Value {
 pub fn machines(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", &format!("{kind}Machine"));
     Api::namespaced_with(env.client.clone(), &env.ns, &ApiResource::from_gvk_with_plural(&gvk, &format!("{}machines", kind.to_ascii_lowercase())))
+}
+
+pub fn libvirt_provider_class(name: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": name},
+           "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}})
+}
+
+/// Provider `name` on the shared libvirtd: `standard` is its pool, `default` its DHCP network.
+pub fn libvirtd_provider(env: &TestEnv, lv: &Libvirtd, name: &str, class: &str) -> Value {
+    json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": name, "namespace": env.ns},
+           "spec": {"providerClassRef": {"name": class}, "connection": {"endpoint": lv.uri},
+                    "capabilities": {"storageClasses": {"standard": lv.pool}, "networkClasses": {"default": lv.network}}}})
+}
+
+/// The libvirt ProviderClass, a VMClass for the test guest (1 CPU, 256 MiB), a VMImage on its
+/// disk, and Provider `kvm` on libvirtd.
+pub async fn libvirtd_fixtures(env: &TestEnv, lv: &Libvirtd) -> anyhow::Result<Names> {
+    let n = names(env, "libvirt");
+    for object in [
+        libvirt_provider_class(&n.provider_class),
+        vm_class(&n.vm_class, 1, 256, 2, "standard", 30),
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": n.image},
+               "spec": {"sources": [{"providerClass": n.provider_class, "backingFile": lv.guest_disk()}]}}),
+        libvirtd_provider(env, lv, KVM, &n.provider_class),
+    ] {
+        env.apply(object).await?;
+    }
+    Ok(n)
 }

@@ -80,25 +80,10 @@ pub fn snapshot_clone(config: &ProviderConfig, machine: &Machine, source: &Machi
             disk.target = copy.pool.clone();
         }
     }
-    let boots = spec::virt_type(config) != "test";
-    let seed = if boots { Some(Seed::build(&restored, &pools)?) } else { None };
-    let serial_log = naming::serial_log(&name);
-    let extras = xml::Extras { seed: seed.as_ref().map(|s| (s.pool.as_str(), s.volume.as_str())), serial_log: boots.then_some(serial_log.as_str()) };
     let restore = Restore { source: source.uid.clone(), snapshot: id.to_string() };
-    let domain_xml = xml::with_restore_marker(&xml::domain(spec::virt_type(config), &restored, extras)?, &restore)?;
-
-    let mut created = Created::default();
-    if let Err(e) = make_volumes(&restored, &plan, seed.as_ref(), &mut created) {
-        created.remove();
-        return Err(e);
-    }
-    let defined = match libvirt::domain_define(&domain_xml) {
-        Ok(d) => d,
-        Err(e) => {
-            created.remove();
-            return Err(e.context(format!("defining libvirt domain {name}")));
-        }
-    };
+    let defined = crate::define(config, &restored, &pools, |xml| xml::with_restore_marker(&xml, &restore), |seed, created| {
+        make_volumes(&restored, &plan, seed, created)
+    })?;
     info!("defined libvirt domain {name} ({}) on copies of the volumes of {} for snapshot {id}", defined.uuid, source_domain.name);
     finish(config, &name, &restored, &taken)
 }

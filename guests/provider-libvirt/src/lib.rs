@@ -297,6 +297,34 @@ impl Created {
     }
 }
 
+/// Define `machine`'s domain: its seed built (on a backend that boots guests) and its XML
+/// written — passed through `decorate` — before anything is made (everything that can be
+/// refused is checked first), then its volumes made by `make`, then the domain defined on
+/// them. What was made is removed if either step fails.
+fn define(
+    config: &ProviderConfig,
+    machine: &Machine,
+    pools: &[libvirt::PoolInfo],
+    decorate: impl FnOnce(String) -> Result<String>,
+    make: impl FnOnce(Option<&Seed>, &mut Created) -> Result<()>,
+) -> Result<DomainInfo> {
+    let name = naming::domain_name(&machine.namespace, &machine.name);
+    let boots = spec::virt_type(config) != "test";
+    let seed = if boots { Some(Seed::build(machine, pools)?) } else { None };
+    let serial_log = naming::serial_log(&name);
+    let extras = xml::Extras { seed: seed.as_ref().map(|s| (s.pool.as_str(), s.volume.as_str())), serial_log: boots.then_some(serial_log.as_str()) };
+    let domain_xml = decorate(xml::domain(spec::virt_type(config), machine, extras)?)?;
+    let mut created = Created::default();
+    if let Err(e) = make(seed.as_ref(), &mut created) {
+        created.remove();
+        return Err(e);
+    }
+    libvirt::domain_define(&domain_xml).map_err(|e| {
+        created.remove();
+        e.context(format!("defining libvirt domain {name}"))
+    })
+}
+
 /// The machine's disk volumes (the first on top of `backing`) and its seed.
 fn create_volumes(machine: &Machine, backing: &str, seed: Option<&Seed>, created: &mut Created) -> Result<()> {
     for (i, disk) in machine.disks.iter().enumerate() {
@@ -387,27 +415,7 @@ impl Driver for Libvirt {
         let pools = libvirt::pool_list()?;
         let networks = libvirt::network_list()?;
         let backing = spec::validate(machine, &pools, &networks)?;
-        // Everything that can be refused is checked before anything is created.
-        let boots = spec::virt_type(config) != "test";
-        let seed = if boots { Some(Seed::build(machine, &pools)?) } else { None };
-        let serial_log = naming::serial_log(&name);
-        let extras = xml::Extras {
-            seed: seed.as_ref().map(|s| (s.pool.as_str(), s.volume.as_str())),
-            serial_log: boots.then_some(serial_log.as_str()),
-        };
-        let domain_xml = xml::domain(spec::virt_type(config), machine, extras)?;
-        let mut created = Created::default();
-        if let Err(e) = create_volumes(machine, backing, seed.as_ref(), &mut created) {
-            created.remove();
-            return Err(e);
-        }
-        let defined = match libvirt::domain_define(&domain_xml) {
-            Ok(d) => d,
-            Err(e) => {
-                created.remove();
-                return Err(e.context(format!("defining libvirt domain {name}")));
-            }
-        };
+        let defined = define(config, machine, &pools, Ok, |seed, created| create_volumes(machine, backing, seed, created))?;
         info!("defined libvirt domain {name} ({})", defined.uuid);
         ensure_power(&name, defined.state, machine.power_state, &CREATE_POWER_OFF)?;
         describe_domain(config, &name)

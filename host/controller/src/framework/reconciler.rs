@@ -166,6 +166,27 @@ pub fn dynamic_controller(
     (controller, store, frame)
 }
 
+/// A controller over one of banlieue's namespaced kinds (the installation's objects, in the
+/// namespaces this process watches), woken only by what a reconcile acts on
+/// ([`acted_on`]: its own status writes do not wake it), with its [`Frame`] named `name` and
+/// sharded by `shard_key`.
+pub fn typed_controller<K>(ctx: &Arc<Context>, name: &'static str, shard_key: fn(&K) -> String) -> (kube::runtime::Controller<K>, Frame<K>)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use kube::runtime::{watcher, WatchStreamExt};
+    let (store, writer) = kube::runtime::reflector::store();
+    let changes = kube::runtime::reflector(writer, watcher(ctx.watched::<K>(), ctx.scope()))
+        .retried()
+        .touched_objects()
+        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+    let controller = kube::runtime::Controller::for_stream(changes, store.clone())
+        .trigger_backoff(PerWatch)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
+        .reconcile_all_on(shard_gains(ctx));
+    (controller, Frame::new(ctx.clone(), name, store, ()).sharded_by(shard_key))
+}
+
 /// Yields when this replica gains a shard, so a controller looks at every object again
 /// (those of other shards return at once); never, without sharding.
 pub fn shard_gains(ctx: &Context) -> futures::stream::BoxStream<'static, ()> {

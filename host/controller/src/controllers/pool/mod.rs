@@ -33,12 +33,12 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
-use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
+use crate::framework::reconciler::{Frame, Outcome, Retried};
 use crate::status::conditions::{self, CONFIGURATION_APPLIED, READY, SCHEDULED};
 use crate::status::reasons::Reason;
 use crate::{status, Context, Error, FIELD_MANAGER};
@@ -65,11 +65,7 @@ struct Shared {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let (store, writer) = kube::runtime::reflector::store();
-    let pool_changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VirtualMachinePool>(), ctx.scope()))
-        .retried()
-        .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
+    let (controller, frame) = crate::framework::reconciler::typed_controller(&ctx, "virtualmachinepool", crate::key);
     let (vms, vm_writer) = kube::runtime::reflector::store();
     let member_changes = kube::runtime::reflector(
         vm_writer,
@@ -79,9 +75,8 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     )
     .retried()
     .touched_objects();
-    let pools = Arc::new(Shared { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "virtualmachinepool", store.clone(), ()).sharded_by(crate::key), vms, vms_ready: Default::default() });
-    Controller::for_stream(pool_changes, store)
-        .trigger_backoff(crate::framework::reconciler::PerWatch)
+    let pools = Arc::new(Shared { ctx: ctx.clone(), frame, vms, vms_ready: Default::default() });
+    controller
         // A member's change (Ready, deleted) is its pool's business.
         .watches_stream(member_changes, |vm: VirtualMachine| {
             let ns = vm.namespace();
@@ -91,9 +86,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
                 .map(|o| ObjectRef::new(&o.name).within(ns.as_deref().unwrap_or_default()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |pool, err, pools| pools.frame.error_policy(&pool, err), pools)
         .for_each(crate::framework::reconciler::log_run("pool"))
         .await;

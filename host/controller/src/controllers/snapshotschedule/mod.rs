@@ -26,13 +26,12 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::Selector;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 
 use crate::failure::{api_failure, Failure};
-use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
+use crate::framework::reconciler::{typed_controller, Frame, Outcome};
 use crate::status::conditions::{self, READY};
 use crate::status::reasons::Reason;
 use crate::{status, Context, Error};
@@ -48,23 +47,16 @@ struct Shared {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let (store, writer) = kube::runtime::reflector::store();
-    let changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VMSnapshotSchedule>(), ctx.scope()))
-        .retried()
-        .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
-    let shared = Arc::new(Shared { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "vmsnapshotschedule", store.clone(), ()).sharded_by(crate::key) });
+    let (controller, frame) = typed_controller(&ctx, "vmsnapshotschedule", crate::key);
+    let shared = Arc::new(Shared { ctx: ctx.clone(), frame });
     let snapshots = crate::framework::reconciler::changes(ctx.watched::<VMSnapshot>(), ctx.options.installation.watch(Some(SCHEDULE_LABEL)));
-    Controller::for_stream(changes, store)
-        .trigger_backoff(crate::framework::reconciler::PerWatch)
+    controller
         // A scheduled snapshot done (or gone) frees a slot for the VMs of its run that wait.
         .watches_stream(snapshots, |s: VMSnapshot| {
             let schedule = s.labels().get(SCHEDULE_LABEL).cloned();
             s.namespace().zip(schedule).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
         })
-        .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
         .graceful_shutdown_on(stop)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |s, err, shared| shared.frame.error_policy(&s, err), shared)
         .for_each(crate::framework::reconciler::log_run("vmsnapshotschedule"))
         .await;

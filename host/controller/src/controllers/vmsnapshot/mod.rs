@@ -25,14 +25,13 @@ use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use crate::controllers::machine::backend_uid;
 use crate::failure::{api_failure, Failure};
 use crate::framework::infra_kinds;
-use crate::framework::reconciler::{acted_on, Frame, Outcome, Retried};
+use crate::framework::reconciler::{typed_controller, Frame, Outcome};
 use crate::sandbox::grants::Backend;
 use crate::status::conditions::{self, READY};
 use crate::status::finalizer;
@@ -49,17 +48,10 @@ struct Shared {
 }
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
-    let (store, writer) = kube::runtime::reflector::store();
-    let changes = kube::runtime::reflector(writer, watcher(ctx.watched::<VMSnapshot>(), ctx.scope()))
-        .retried()
-        .touched_objects()
-        .predicate_filter(acted_on, kube::runtime::PredicateConfig::default());
-    let shared = Arc::new(Shared { ctx: ctx.clone(), frame: Frame::new(ctx.clone(), "vmsnapshot", store.clone(), ()).sharded_by(shard_key) });
-    Controller::for_stream(changes, store)
-        .trigger_backoff(crate::framework::reconciler::PerWatch)
-        .reconcile_all_on(crate::framework::reconciler::shard_gains(&ctx))
+    let (controller, frame) = typed_controller(&ctx, "vmsnapshot", shard_key);
+    let shared = Arc::new(Shared { ctx: ctx.clone(), frame });
+    controller
         .graceful_shutdown_on(stop)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency))
         .run(reconcile, |s, err, shared| shared.frame.error_policy(&s, err), shared)
         .for_each(crate::framework::reconciler::log_run("vmsnapshot"))
         .await;
