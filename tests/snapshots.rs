@@ -193,6 +193,34 @@ async fn bad_snapshots_and_reverts_are_refused_naming_the_field_and_make_nothing
     }
     assert!(vc.snapshots(&moref).await?.0.is_empty());
 
+    // A VM that is never placed (its class does not exist): pending, saying so.
+    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "homeless", "namespace": env.ns},
+                     "spec": {"classRef": {"name": "no-such-class"}, "imageRef": {"name": n.image}}}))
+        .await?;
+    env.apply(snapshot(&env, "of-homeless", "homeless", json!({}))).await?;
+    let message = refused(&snaps, "of-homeless", SnapshotPhase::Pending, "VMNotPlaced").await?;
+    assert!(message.starts_with("spec.vmRef:"), "{message}");
+
+    // Schedules that cannot run: each says which field, and makes nothing.
+    let schedules: Api<banlieue_api::VMSnapshotSchedule> = Api::namespaced(env.client.clone(), &env.ns);
+    for (name, spec, field) in [
+        ("bad-cron", json!({"schedule": "61 * * * *", "retention": {"keepLast": 1}}), "spec.schedule: the minute field"),
+        ("bad-zone", json!({"schedule": "@daily", "timeZone": "Mars/Olympus", "retention": {"keepLast": 1}}), "spec.timeZone"),
+        ("keeps-nothing", json!({"schedule": "* * * * * *", "retention": {"keepLast": 0}}), "spec.retention.keepLast"),
+    ] {
+        let mut spec = spec;
+        spec["selector"] = json!({"matchLabels": {"app": "any"}});
+        env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshotSchedule", "metadata": {"name": name, "namespace": env.ns}, "spec": spec})).await?;
+        let s = wait_for(&schedules, name, 60, "InvalidSchedule", |s: Option<&banlieue_api::VMSnapshotSchedule>| {
+            s.and_then(|s| s.status.as_ref()).is_some_and(|st| st.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InvalidSchedule"))
+        })
+        .await?;
+        let c = s.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
+        assert!(c.message.starts_with(field), "{name}: {}", c.message);
+    }
+    let made = snaps.list(&ListParams::default().labels("banlieue.io/snapshot-schedule")).await?.items;
+    assert!(made.is_empty(), "no snapshot from an invalid schedule: {made:?}");
+
     // A driver built for the contract before snapshots: its VMs run, their snapshots are refused.
     let legacy = names(&env, "legacy");
     for object in [
@@ -311,7 +339,19 @@ async fn a_kill_between_the_backend_taking_a_snapshot_and_the_status_write_makes
     let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
     let moref = vc.find_vm(&machine_uid(&web)).await?.expect("on vcsim");
 
-    proxy.set_when(|r| r.op.as_deref() == Some("CreateSnapshot_Task"), Fault::ForwardThenFail(503));
+    // vCenter takes the snapshot, its answer is lost, and it stays unreachable until the kill:
+    // nothing can be adopted before, whatever the timing.
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = asked.clone();
+    proxy.set(move |r| {
+        if r.op.as_deref() == Some("CreateSnapshot_Task") && !seen.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Fault::ForwardThenFail(503)
+        } else if seen.load(std::sync::atomic::Ordering::SeqCst) {
+            Fault::Status(503)
+        } else {
+            Fault::Pass
+        }
+    });
     env.apply(snapshot(&env, "crashy", "web", json!({}))).await?;
     let uid = wait_for(&snaps, "crashy", 30, "exists", |s: Option<&VMSnapshot>| s.is_some()).await?.uid().expect("uid");
     let name = format!("bl-{uid}");
@@ -557,6 +597,14 @@ async fn on_libvirtd_a_revert_takes_back_what_the_guest_wrote_after_the_snapshot
     assert_eq!(lv.state(&domain)?, "shut off");
     assert_eq!(lv.snapshots(&domain)?.1.as_deref(), Some(name.as_str()), "libvirt's current snapshot");
     assert!(!written(lv)?, "what the guest wrote after the snapshot is gone from the volume");
+
+    // Another snapshot, deleted: gone from libvirt's list, the first kept.
+    env.apply(snapshot(&env, "later", "web", json!({}))).await?;
+    let later = taken(&snaps, "later").await?;
+    assert_eq!(lv.snapshots(&domain)?.0.len(), 2);
+    snaps.delete("later", &DeleteParams::default()).await?;
+    await_deleted(&snaps, "later").await?;
+    assert_eq!(lv.snapshots(&domain)?.0, [name.clone()], "{} removed from libvirt", snapshot_id(&later));
 
     vms.delete("web", &DeleteParams::default()).await?;
     await_deleted(&vms, "web").await?;
