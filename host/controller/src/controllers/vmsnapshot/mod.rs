@@ -286,7 +286,9 @@ impl<'a> Reconcile<'a> {
         // Not blockOwnerDeletion: that would need rights on the VM's finalizers, and the VM
         // waits for nothing of its snapshots (its machine's deletion takes them anyway).
         owners.push(OwnerReference { api_version: VirtualMachine::api_version(&()).into_owned(), kind: "VirtualMachine".into(), name: vm.name_any(), uid, controller: Some(true), block_owner_deletion: None });
-        let patch = serde_json::json!({ "metadata": { "ownerReferences": owners, "resourceVersion": self.snap.resource_version() } });
+        // No resourceVersion: the finalizer added by this same reconcile changed it, and
+        // nothing else writes a snapshot's owners.
+        let patch = serde_json::json!({ "metadata": { "ownerReferences": owners } });
         self.api.patch(&self.snap.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await.map_err(|e| api_failure(&e))?;
         Ok(())
     }
