@@ -223,40 +223,12 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
     .await?;
     assert_eq!(state(&domain).await?, Some(DomainState::Shutoff));
 
-    // Snapshots: one taken and reverted to (the provider role takes it, the controller
-    // resolves the revert); a schedule over the pool, whose retention deletes the older.
-    use banlieue_api::snapshot::SnapshotPhase;
-    let snaps: Api<banlieue_api::VMSnapshot> = Api::namespaced(env.client.clone(), ns);
-    let phase = |s: Option<&banlieue_api::VMSnapshot>| s.and_then(|s| s.status.as_ref()?.phase);
-    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshot", "metadata": {"name": "before", "namespace": ns}, "spec": {"vmRef": {"name": "web"}}})).await?;
-    wait_for(&snaps, "before", 60, "Ready", move |s: Option<&banlieue_api::VMSnapshot>| phase(s) == Some(SnapshotPhase::Ready)).await?;
-    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"revertTo": "before"}}))).await?;
-    wait_for(&vms, "web", 60, "reverted", |v: Option<&VirtualMachine>| {
-        v.and_then(|v| v.status.as_ref()?.revert.as_ref()).is_some_and(|r| r.phase == banlieue_api::vm::RevertPhase::Reverted)
-    })
-    .await?;
-
     let pools: Api<banlieue_api::VirtualMachinePool> = Api::namespaced(env.client.clone(), ns);
     let members = |n: i32| {
         move |p: Option<&banlieue_api::VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == n && s.ready_replicas == n)
     };
     wait_for(&pools, "fleet", 90, "1 Ready member", members(1)).await?;
-    env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshotSchedule", "metadata": {"name": "often", "namespace": ns},
-                     "spec": {"schedule": "* * * * * *", "selector": {"matchLabels": {"banlieue.io/pool": "fleet"}}, "retention": {"keepLast": 1}}}))
-        .await?;
-    let scheduled = kube::api::ListParams::default().labels("banlieue.io/snapshot-schedule=often");
-    let first = banlieue_tests::within(60, async {
-        loop {
-            if let Some(s) = snaps.list(&scheduled).await?.items.into_iter().next() {
-                return anyhow::Ok(s.name_any());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    })
-    .await??;
-    await_deleted(&snaps, &first).await?;
-    let schedules: Api<banlieue_api::VMSnapshotSchedule> = Api::namespaced(env.client.clone(), ns);
-    schedules.patch("often", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await?;
+    let snaps = exercise_snapshots(&env.client, ns, |o| env.own(o)).await?;
 
     vms.delete("web", &DeleteParams::default()).await?;
     await_deleted(&vms, "web").await?;
@@ -276,6 +248,41 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
 
     let log: Vec<Request> = env.embedded().expect("embedded").audit_log().into_iter().map(Request::from).collect();
     least_privilege(&log, &rbac)
+}
+
+/// Snapshots under the roles' own RBAC: one of VM `web` taken and reverted to (the provider
+/// role takes it, the controller resolves the revert), and a schedule over pool `fleet` whose
+/// retention deletes the older of its snapshots (the controller makes and deletes them; the
+/// provider removes them from the backend). `own` labels an object as the caller's fixtures are.
+async fn exercise_snapshots(client: &kube::Client, ns: &str, own: impl Fn(Value) -> Value) -> anyhow::Result<Api<banlieue_api::VMSnapshot>> {
+    use banlieue_api::snapshot::SnapshotPhase;
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let snaps: Api<banlieue_api::VMSnapshot> = Api::namespaced(client.clone(), ns);
+    let phase = |s: Option<&banlieue_api::VMSnapshot>| s.and_then(|s| s.status.as_ref()?.phase);
+    apply(client, own(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshot", "metadata": {"name": "before", "namespace": ns}, "spec": {"vmRef": {"name": "web"}}}))).await?;
+    wait_for(&snaps, "before", 120, "Ready", move |s: Option<&banlieue_api::VMSnapshot>| phase(s) == Some(SnapshotPhase::Ready)).await?;
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"revertTo": "before"}}))).await?;
+    wait_for(&vms, "web", 180, "reverted", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()?.revert.as_ref()).is_some_and(|r| r.phase == banlieue_api::vm::RevertPhase::Reverted)
+    })
+    .await?;
+    apply(client, own(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMSnapshotSchedule", "metadata": {"name": "often", "namespace": ns},
+                             "spec": {"schedule": "* * * * * *", "selector": {"matchLabels": {"banlieue.io/pool": "fleet"}}, "retention": {"keepLast": 1}}})))
+    .await?;
+    let scheduled = kube::api::ListParams::default().labels("banlieue.io/snapshot-schedule=often");
+    let first = banlieue_tests::within(120, async {
+        loop {
+            if let Some(s) = snaps.list(&scheduled).await?.items.into_iter().next() {
+                return anyhow::Ok(s.name_any());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await??;
+    banlieue_tests::within(180, await_deleted(&snaps, &first)).await??;
+    let schedules: Api<banlieue_api::VMSnapshotSchedule> = Api::namespaced(client.clone(), ns);
+    schedules.patch("often", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))).await?;
+    Ok(snaps)
 }
 
 /// A role of banlieue as its own `banlieue <role>` process, authenticated by a token of its
@@ -436,15 +443,18 @@ async fn on_a_real_cluster_each_role_runs_with_its_own_service_account_token_and
     })
     .await?;
     assert_eq!(lv.state(&domain)?.trim(), "running");
-    vms.delete("web", &DeleteParams::default()).await?;
-    banlieue_tests::within(120, await_deleted(&vms, "web")).await??;
-    assert!(lv.domains(&domain)?.is_empty(), "the domain is gone");
-
     let pools: Api<banlieue_api::VirtualMachinePool> = Api::namespaced(env.client.clone(), ns);
     let members = |n: i32| {
         move |p: Option<&banlieue_api::VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == n && s.ready_replicas == n)
     };
     wait_for(&pools, "fleet", 180, "1 Ready member", members(1)).await?;
+    // The default installation's objects are unlabelled.
+    let snaps = exercise_snapshots(&env.client, ns, |o| o).await?;
+    vms.delete("web", &DeleteParams::default()).await?;
+    banlieue_tests::within(180, await_deleted(&vms, "web")).await??;
+    assert!(lv.domains(&domain)?.is_empty(), "the domain is gone");
+    assert!(snaps.get_opt("before").await?.is_none(), "the VM's snapshot went first");
+
     for n in [0, 3, 0] {
         pools.patch("fleet", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": n}}))).await?;
         wait_for(&pools, "fleet", 240, &format!("{n} Ready members"), members(n)).await?;

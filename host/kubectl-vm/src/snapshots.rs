@@ -29,7 +29,7 @@ pub struct Request {
 /// Make a VMSnapshot of `vm`; with `--wait`, until it is Ready (a refusal ends the wait
 /// with its reason, exit 4).
 pub async fn snapshot(t: &Target, vm: &str, request: Request, wait: Wait) -> Result<()> {
-    writable(t, vm).await?;
+    let v = writable(t, vm).await?;
     let name = request.name.unwrap_or_else(|| format!("{vm}-{}", k8s_openapi::jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S")));
     let mut snap = VMSnapshot::new(
         &name,
@@ -42,6 +42,7 @@ pub async fn snapshot(t: &Target, vm: &str, request: Request, wait: Wait) -> Res
         },
     );
     snap.metadata.namespace = Some(t.namespace.clone());
+    snap.metadata.labels = installation_of(&v);
     t.snapshots().create(&PostParams::default(), &snap).await.map_err(|e| match e {
         kube::Error::Api(s) if s.code == 409 => Failure::Refused(format!("vmsnapshot {name:?} already exists: name it with --name")),
         e => e.into(),
@@ -133,11 +134,12 @@ pub async fn restore(t: &Target, snapshot: &str, to: &str, linked: bool, wait: W
     }
     spec["placement"] = json!({"providerRef": {"name": source.provider}});
     spec["source"] = json!({"snapshotRef": {"name": snapshot}, "linkedClone": linked});
-    let vm: banlieue_api::VirtualMachine = serde_json::from_value(json!({
+    let mut vm: banlieue_api::VirtualMachine = serde_json::from_value(json!({
         "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
         "metadata": {"name": to, "namespace": t.namespace}, "spec": spec,
     }))
     .map_err(anyhow::Error::from)?;
+    vm.metadata.labels = installation_of(&snap);
     t.vms().create(&PostParams::default(), &vm).await.map_err(|e| match e {
         kube::Error::Api(s) if s.code == 409 => Failure::Refused(format!("virtualmachine {to:?} already exists")),
         e => e.into(),
@@ -147,6 +149,14 @@ pub async fn restore(t: &Target, snapshot: &str, to: &str, linked: bool, wait: W
         await_vm(t, to, wait, "Ready", ready).await?;
     }
     Ok(())
+}
+
+/// The label naming the banlieue installation `obj` belongs to, for what is made from it: a
+/// snapshot of a VM, a VM from a snapshot, is acted on by the same installation (none: the
+/// default one).
+fn installation_of<K: kube::Resource>(obj: &K) -> Option<std::collections::BTreeMap<String, String>> {
+    let instance = obj.meta().labels.as_ref()?.get(banlieue_api::INSTANCE_LABEL)?;
+    Some(std::collections::BTreeMap::from([(banlieue_api::INSTANCE_LABEL.to_string(), instance.clone())]))
 }
 
 /// Set the VM's `spec.revertTo` (cleared first when it already names the snapshot, so the
