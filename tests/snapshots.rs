@@ -13,7 +13,7 @@ use banlieue_api::{VMSnapshot, VirtualMachine};
 use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::backends::{libvirtd_fixtures, names, proxmox_fixtures, pve_vm, secret, vm, vm_class, vsphere_fixtures, PveEndpoint, KVM, VCENTER};
+use banlieue_tests::backends::{libvirtd_fixtures, names, proxmox_fixtures, pve_vm, secret, vm, vm_class, Names, PveEndpoint, KVM, VCENTER};
 use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -90,18 +90,50 @@ async fn nudge(snaps: &Api<VMSnapshot>, name: &str) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // vSphere
 
+/// A test's API and control plane, vcsim (behind a fault proxy when `proxied`) and the
+/// vSphere fixtures (Provider `vcenter`).
+struct OnVsphere {
+    env: TestEnv,
+    vc: Vcsim,
+    proxy: Option<banlieue_test_backends::fault_proxy::FaultProxy>,
+    /// Taken by a test that kills it.
+    cp: Option<ControlPlane>,
+    n: Names,
+    vms: Api<VirtualMachine>,
+    snaps: Api<VMSnapshot>,
+}
+
+impl OnVsphere {
+    async fn start(test: &str, proxied: bool) -> anyhow::Result<OnVsphere> {
+        let env = TestEnv::start(test).await?;
+        env.install_crds().await?;
+        let vc = Vcsim::start().await?;
+        let proxy = match proxied {
+            true => Some(banlieue_test_backends::fault_proxy::FaultProxy::start(&vc.url).await?),
+            false => None,
+        };
+        let cp = ControlPlane::start(&env)?;
+        let endpoint = proxy.as_ref().map_or(vc.url.clone(), |p| p.url_for(&vc.url));
+        let n = banlieue_tests::backends::vsphere_fixtures_at(&env, &endpoint, vcsim::PASSWORD).await?;
+        let vms = Api::namespaced(env.client.clone(), &env.ns);
+        let snaps = Api::namespaced(env.client.clone(), &env.ns);
+        Ok(OnVsphere { env, vc, proxy, cp: Some(cp), n, vms, snaps })
+    }
+
+    /// VM `name` on vcsim (`extra`: more of its spec), Ready: it, and its managed object id.
+    async fn ready_vm(&self, name: &str, extra: Value) -> anyhow::Result<(VirtualMachine, String)> {
+        self.env.apply(vm(&self.env, name, &self.n, VCENTER, extra)).await?;
+        let v = wait_for(&self.vms, name, 90, "Ready", is_ready).await?;
+        let moref = self.vc.find_vm(&machine_uid(&v)).await?.ok_or_else(|| anyhow::anyhow!("{name} is not on vcsim"))?;
+        Ok((v, moref))
+    }
+}
+
 #[tokio::test]
 async fn on_vsphere_snapshots_are_taken_reverted_to_and_deleted_on_the_vms_snapshot_tree() -> anyhow::Result<()> {
-    let env = TestEnv::start("snap-vsphere").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
-    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
-    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
-    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("the VM on vcsim");
+    let t = OnVsphere::start("snap-vsphere", false).await?;
+    let (env, vc, n, vms, snaps) = (&t.env, &t.vc, &t.n, &t.vms, &t.snaps);
+    let (web, moref) = t.ready_vm("web", json!({})).await?;
 
     env.apply(snapshot(&env, "before", "web", json!({"memory": true, "description": "before the upgrade"}))).await?;
     let before = taken(&snaps, "before").await?;
@@ -153,13 +185,8 @@ async fn on_vsphere_snapshots_are_taken_reverted_to_and_deleted_on_the_vms_snaps
 /// and nothing is made on the backend.
 #[tokio::test]
 async fn bad_snapshots_and_reverts_are_refused_naming_the_field_and_make_nothing() -> anyhow::Result<()> {
-    let env = TestEnv::start("snap-bad").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    let t = OnVsphere::start("snap-bad", false).await?;
+    let (env, vc, n, vms, snaps) = (&t.env, &t.vc, &t.n, &t.vms, &t.snaps);
 
     // No such VM: pending, saying so; taken once the VM exists.
     env.apply(snapshot(&env, "early", "late", json!({}))).await?;
@@ -247,20 +274,13 @@ async fn bad_snapshots_and_reverts_are_refused_naming_the_field_and_make_nothing
 /// VM's migrationPolicy allows dropping them; then they are deleted from vSphere and it moves.
 #[tokio::test]
 async fn a_vm_with_snapshots_moves_only_when_its_policy_drops_them() -> anyhow::Result<()> {
-    let env = TestEnv::start("snap-move").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let t = OnVsphere::start("snap-move", false).await?;
+    let (env, vc, vms, snaps) = (&t.env, &t.vc, &t.vms, &t.snaps);
     // A second Provider on the same vCenter: somewhere to move to.
     let first = Api::<banlieue_api::Provider>::namespaced(env.client.clone(), &env.ns).get(VCENTER).await?;
     env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter-b", "namespace": env.ns}, "spec": first.spec})).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
-    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
-    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
-    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("on vcsim");
-    env.apply(snapshot(&env, "keep", "web", json!({}))).await?;
+    let (web, moref) = t.ready_vm("web", json!({})).await?;
+    env.apply(snapshot(env, "keep", "web", json!({}))).await?;
     taken(&snaps, "keep").await?;
 
     patch_spec(&vms, "web", json!({"placement": {"providerRef": {"name": "vcenter-b"}}})).await?;
@@ -287,17 +307,9 @@ async fn a_vm_with_snapshots_moves_only_when_its_policy_drops_them() -> anyhow::
 /// new VM known by its own UID, the source untouched.
 #[tokio::test]
 async fn on_vsphere_a_restore_clones_a_new_vm_from_the_snapshot() -> anyhow::Result<()> {
-    use banlieue_test_backends::fault_proxy::FaultProxy;
-    let env = TestEnv::start("snap-restore-vc").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let proxy = FaultProxy::start(&vc.url).await?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = banlieue_tests::backends::vsphere_fixtures_at(&env, &proxy.url_for(&vc.url), vcsim::PASSWORD).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
-    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
-    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
+    let t = OnVsphere::start("snap-restore-vc", true).await?;
+    let (env, vc, n, vms, snaps, proxy) = (&t.env, &t.vc, &t.n, &t.vms, &t.snaps, t.proxy.as_ref().expect("proxied"));
+    let (web, _) = t.ready_vm("web", json!({})).await?;
     env.apply(snapshot(&env, "golden", "web", json!({}))).await?;
     let golden = taken(&snaps, "golden").await?;
 
@@ -326,18 +338,11 @@ async fn on_vsphere_a_restore_clones_a_new_vm_from_the_snapshot() -> anyhow::Res
 /// made certain, not raced: a proxy lets vSphere take the snapshot and loses its answer.
 #[tokio::test]
 async fn a_kill_between_the_backend_taking_a_snapshot_and_the_status_write_makes_no_second_one() -> anyhow::Result<()> {
-    use banlieue_test_backends::fault_proxy::{Fault, FaultProxy};
-    let env = TestEnv::start("snap-kill").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let proxy = FaultProxy::start(&vc.url).await?;
-    let cp = ControlPlane::start(&env)?;
-    let n = banlieue_tests::backends::vsphere_fixtures_at(&env, &proxy.url_for(&vc.url), vcsim::PASSWORD).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
-    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
-    let web = wait_for(&vms, "web", 90, "Ready", is_ready).await?;
-    let moref = vc.find_vm(&machine_uid(&web)).await?.expect("on vcsim");
+    use banlieue_test_backends::fault_proxy::Fault;
+    let mut t = OnVsphere::start("snap-kill", true).await?;
+    let (_, moref) = t.ready_vm("web", json!({})).await?;
+    let cp = t.cp.take().expect("running");
+    let (env, vc, snaps, proxy) = (&t.env, &t.vc, &t.snaps, t.proxy.as_ref().expect("proxied"));
 
     // vCenter takes the snapshot, its answer is lost, and it stays unreachable until the kill:
     // nothing can be adopted before, whatever the timing.
@@ -384,13 +389,9 @@ async fn a_kill_between_the_backend_taking_a_snapshot_and_the_status_write_makes
 async fn a_schedule_over_a_pool_keeps_the_last_two_per_vm_and_catches_up_once() -> anyhow::Result<()> {
     use banlieue_api::snapshot::{SCHEDULED_AT_ANNOTATION, SCHEDULE_LABEL};
     use banlieue_api::VMSnapshotSchedule;
-    let env = TestEnv::start("snap-sched").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let cp = ControlPlane::start(&env)?;
-    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let snaps: Api<VMSnapshot> = Api::namespaced(env.client.clone(), &env.ns);
+    let mut t = OnVsphere::start("snap-sched", false).await?;
+    let cp = t.cp.take().expect("running");
+    let (env, vc, n, vms, snaps) = (&t.env, &t.vc, &t.n, &t.vms, &t.snaps);
     let schedules: Api<VMSnapshotSchedule> = Api::namespaced(env.client.clone(), &env.ns);
     env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "web", "namespace": env.ns},
                      "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
