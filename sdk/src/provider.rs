@@ -17,6 +17,9 @@ pub const CONTRACT_VERSION: &str = "0.6.0";
 
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
+    /// What the driver does beyond the calls every driver answers (the host refuses the rest
+    /// before calling): [`SNAPSHOTS`], [`DISK_EXPORT`], [`DISK_IMPORT`].
+    const FEATURES: &'static [&'static str] = &[];
     /// Check the connection; report failure domains and free capacity.
     fn probe(config: &ProviderConfig) -> Result<Inventory>;
     /// Create `machine`, or return the existing one with the same UID, brought (while
@@ -54,11 +57,28 @@ pub trait Driver {
     fn snapshot_clone(_config: &ProviderConfig, machine: &Machine, _source: &MachineRef, _snapshot_id: &str, _linked: bool) -> Result<MachineStatus> {
         Err(Error::InvalidSpec(format!("this driver does not restore snapshots into new machines (machine {})", machine.name)))
     }
+    /// Hand the powered-off machine's disks to the host, boot disk first
+    /// ([`crate::transfer::from_libvirt_volume`], [`crate::transfer::from_http`]).
+    fn disk_export(_config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
+        Err(Error::InvalidSpec(format!("this driver does not export disks (machine {})", machine.name)))
+    }
+    /// Make `machine` from the disks the host carries for this call ([`crate::transfer::carried`])
+    /// instead of its image; idempotent by UID, left powered off.
+    fn disk_import(_config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        Err(Error::InvalidSpec(format!("this driver does not import disks (machine {})", machine.name)))
+    }
     /// Remove snapshot `id`; already gone is success.
     fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
         Err(no_snapshots(machine))
     }
 }
+
+/// The feature of a driver that takes, lists, reverts and deletes snapshots.
+pub const SNAPSHOTS: &str = "snapshots";
+/// The feature of a driver whose machines' disks can be carried to another backend.
+pub const DISK_EXPORT: &str = "disk-export";
+/// The feature of a driver that makes machines from disks carried from another backend.
+pub const DISK_IMPORT: &str = "disk-import";
 
 /// What a driver that takes no snapshots answers.
 fn no_snapshots(machine: &MachineRef) -> Error {
@@ -205,6 +225,15 @@ macro_rules! export_provider {
                 }
                 fn snapshot_clone(config: wit::ProviderConfig, machine: wit::Machine, source: wit::MachineRef, snapshot_id: ::std::string::String, linked: bool) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
                     D::snapshot_clone(&config, &machine, &source, &snapshot_id, linked)
+                }
+                fn features() -> ::std::vec::Vec<::std::string::String> {
+                    D::FEATURES.iter().map(|f| ::std::string::ToString::to_string(f)).collect()
+                }
+                fn disk_export(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<(), wit::Error> {
+                    D::disk_export(&config, &machine)
+                }
+                fn disk_import(config: wit::ProviderConfig, machine: wit::Machine) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::disk_import(&config, &machine)
                 }
                 fn snapshot_delete(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
                     D::snapshot_delete(&config, &machine, &id)

@@ -83,6 +83,7 @@ use banlieue_sdk::provider::{
 use banlieue_sdk::transfer;
 use banlieue_sdk::{Error, info, warn};
 
+pub mod carry;
 pub mod clone;
 pub mod naming;
 pub mod seed;
@@ -389,6 +390,8 @@ fn addresses(domain: &DomainInfo, virt_type: &str) -> Vec<libvirt::InterfaceAddr
 }
 
 impl Driver for Libvirt {
+    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT];
+
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let node = libvirt::node_info()?;
         let pools = libvirt::pool_list()?;
@@ -508,6 +511,14 @@ impl Driver for Libvirt {
             .map_err(|e| e.context(format!("deleting snapshot {id} of libvirt domain {}", domain.name)))?;
         info!("deleted snapshot {id} of libvirt domain {}", domain.name);
         Ok(())
+    }
+
+    fn disk_export(_config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
+        carry::export(machine)
+    }
+
+    fn disk_import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        carry::import(config, machine)
     }
 
     fn import_image(_config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {

@@ -757,6 +757,8 @@ fn clean_up(pve: &Pve, machine: &Machine, vm_name: &str, vmid: u64) {
 }
 
 impl Driver for Proxmox {
+    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS];
+
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let pve = Pve::connect(config)?;
         let version = pve.get("/version")?;

@@ -779,6 +779,8 @@ pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<Machi
 }
 
 impl Driver for VSphere {
+    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS];
+
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let (version, inv) = with_vim(config, |vim| Ok((vim.sc.full_name.clone(), Inv::read(vim, INVENTORY)?)))?;
         let failure_domains = inv.clusters().iter().map(|c| failure_domain(config, &inv, c)).collect();

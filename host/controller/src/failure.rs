@@ -10,7 +10,7 @@
 //! Each error met on the way owns its reason and whether it may clear by itself
 //! ([`Cause`]), so `?` turns it into a Failure and nothing parses a message back.
 
-use banlieue_runtime::{CallError, GuestError};
+use banlieue_runtime::{CallError, Feature, GuestError};
 
 use crate::status::reasons::Reason;
 
@@ -87,7 +87,8 @@ impl Cause for CallError {
             CallError::Busy(_) => Reason::Busy,
             CallError::InvalidDecision(_) => Reason::InvalidDecision,
             CallError::InvalidResult(_) => Reason::InvalidDriverResult,
-            CallError::Unsupported { feature: banlieue_runtime::Feature::Snapshots, .. } => Reason::SnapshotsUnsupported,
+            CallError::Unsupported { feature: Feature::Snapshots, .. } | CallError::NotOffered(Feature::Snapshots) => Reason::SnapshotsUnsupported,
+            CallError::Unsupported { .. } | CallError::NotOffered(_) => Reason::CannotCarryDisks,
         }
     }
 

@@ -29,8 +29,12 @@ pub enum CallError {
     #[error("{0}")]
     InvalidResult(String),
     /// The driver was built for a contract without `feature`; the host refused the call.
-    #[error("{feature} need banlieue:provider {}; this driver was built for {contract}: rebuild it against {} or later", .feature.since(), .feature.since())]
+    #[error("{feature} needs banlieue:provider {}; this driver was built for {contract}: rebuild it against {} or later", .feature.since(), .feature.since())]
     Unsupported { feature: Feature, contract: semver::Version },
+    /// The driver's contract has `feature`, but the driver does not offer it (its `features`
+    /// answer does not list it); the host refused the call.
+    #[error("this driver does not offer {0}")]
+    NotOffered(Feature),
     /// The component answered, but with something the contract does not allow.
     #[error("invalid decision: {0}")]
     InvalidDecision(#[from] InvalidDecision),
@@ -41,22 +45,31 @@ pub enum CallError {
 pub enum Feature {
     /// `snapshot-create`, `-list`, `-revert`, `-delete` (0.6.0).
     Snapshots,
+    /// `disk-export`: a machine's disks carried away to another backend (0.6.0).
+    DiskExport,
+    /// `disk-import`: a machine made from disks carried from another backend (0.6.0).
+    DiskImport,
 }
 
 impl Feature {
     /// The contract version that added it.
     pub fn since(self) -> &'static str {
+        "0.6.0"
+    }
+
+    /// Its name in a driver's `features` answer.
+    pub fn name(self) -> &'static str {
         match self {
-            Feature::Snapshots => "0.6.0",
+            Feature::Snapshots => "snapshots",
+            Feature::DiskExport => "disk-export",
+            Feature::DiskImport => "disk-import",
         }
     }
 }
 
 impl std::fmt::Display for Feature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Feature::Snapshots => "snapshots",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -109,7 +122,8 @@ impl CallError {
             CallError::Guest(GuestError::Internal(_)) => "Internal",
             CallError::InvalidDecision(_) => "InvalidDecision",
             CallError::InvalidResult(_) => "InvalidDriverResult",
-            CallError::Unsupported { feature: Feature::Snapshots, .. } => "SnapshotsUnsupported",
+            CallError::Unsupported { feature: Feature::Snapshots, .. } | CallError::NotOffered(Feature::Snapshots) => "SnapshotsUnsupported",
+            CallError::Unsupported { .. } | CallError::NotOffered(_) => "CannotCarryDisks",
         }
     }
 }

@@ -83,6 +83,15 @@ pub fn snapshots(function: &'static str, list: &[Snapshot]) -> Result<(), CallEr
     invalid(function, check_snapshots(list))
 }
 
+/// What `features` returned, as the features the host knows. A name the host does not know
+/// (a newer driver's) is passed over; more than a handful of names, or an unprintable one, is
+/// refused.
+pub fn features(names: &[String]) -> Result<Vec<crate::Feature>, CallError> {
+    use crate::Feature;
+    invalid("features", count("features", names.len(), 32).and_then(|()| names.iter().try_for_each(|n| printable("a feature", n, MAX_NAME))))?;
+    Ok([Feature::Snapshots, Feature::DiskExport, Feature::DiskImport].into_iter().filter(|f| names.iter().any(|n| n == f.name())).collect())
+}
+
 fn invalid(function: &'static str, r: Result<(), String>) -> Result<(), CallError> {
     r.map_err(|problem| CallError::InvalidResult(format!("the driver's {function} returned {problem}")))
 }

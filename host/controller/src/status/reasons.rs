@@ -60,6 +60,8 @@ reasons! {
     // Snapshots and reverts.
     SnapshotTaken, SnapshotInProgress, SnapshotDeleted, SnapshotsUnsupported, VMNotFound, VMNotPlaced, NotFoundOnBackend,
     Reverting, Reverted, InvalidRevert, SnapshotNotReady, InvalidSchedule, SnapshotRunStarted, SnapshotsBlockMove, SnapshotsDropped, InvalidRestore, Restored,
+    // Moves that carry the disks.
+    CannotCarryDisks, Carrying, Moved, MoveFailed,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

@@ -292,6 +292,36 @@ impl HttpGrant {
     }
 }
 
+impl HttpGrant {
+    /// GET `raw`, checked like [`send`](Self::send), handing the body to `sink` a chunk at a
+    /// time (the transfer capability's way in): at most `max` bytes, within a time limit
+    /// that grows with them (4 MiB/s at least). An HTTP error status is `unavailable`.
+    pub async fn download(&self, raw: &str, headers: &[(String, String)], max: u64, mut sink: impl FnMut(&[u8]) -> std::io::Result<()>) -> Result<u64, WitError> {
+        let (url, addr) = self.check(raw).await?;
+        let _permit = self.concurrency.acquire().await.map_err(|_| WitError::Unavailable("HTTP capability closed".into()))?;
+        let timeout = self.max_request_time + Duration::from_secs(max / (4 << 20));
+        let resp = self.request(reqwest::Method::GET, url, addr, headers, timeout)?.send().await.map_err(|e| self.send_error(e, timeout))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(WitError::Unavailable(format!("GET {raw}: the backend answered HTTP {status}")));
+        }
+        if let Some(len) = resp.content_length().filter(|l| *l > max) {
+            return Err(WitError::InvalidSpec(format!("GET {raw}: {len} bytes, more than the {max} allowed")));
+        }
+        let mut stream = resp.bytes_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| WitError::Unavailable(format!("GET {raw}: cut off after {total} bytes: {e}")))?;
+            total += chunk.len() as u64;
+            sink(&chunk).map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => WitError::InvalidSpec(e.to_string()),
+                _ => WitError::Internal(format!("keeping what GET {raw} sent: {e}")),
+            })?;
+        }
+        Ok(total)
+    }
+}
+
 impl Host for HostState {
     async fn send(&mut self, req: Request) -> Result<Response, WitError> {
         match &self.grants.http {

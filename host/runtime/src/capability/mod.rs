@@ -37,6 +37,10 @@ pub struct Grants {
     pub session: Option<session::SessionGrant>,
     /// The image an `import-image` call may send, if any.
     pub transfer: Option<transfer::TransferGrant>,
+    /// Where a `disk-export` call's disks go, if anywhere.
+    pub export: Option<transfer::ExportGrant>,
+    /// The disks a `disk-import` call may send, if any.
+    pub carried: Option<transfer::CarriedGrant>,
 }
 
 impl From<WitError> for crate::error::GuestError {

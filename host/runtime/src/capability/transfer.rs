@@ -1,14 +1,20 @@
-//! `banlieue:host/transfer`: image bytes from the host's image cache to the backend,
-//! streamed by the host — they never pass through the component. The grant is the one
-//! image of the current `import-image` call, an open file of the cache; without it every
-//! call is `denied` ([`HostState::transfer`] is the choke point). The target is checked
-//! by the capability that owns it: a libvirt volume only on the granted connection, an
-//! HTTP upload only to a URL the http grant allows (its one choke point, [`HttpGrant::check`]).
+//! `banlieue:host/transfer`: disk bytes between the host's image cache and the backend,
+//! streamed by the host — they never pass through the component. Three grants, one per
+//! call that holds one, each with its choke point: the one image of an `import-image` call
+//! ([`HostState::transfer`]), the directory a `disk-export` call's disks go to
+//! ([`HostState::export`]), the disks a `disk-import` call carries ([`HostState::carried`]);
+//! without it every call is `denied`. The backend end is checked by the capability that
+//! owns it: a libvirt volume only on the granted connection, HTTP only on a URL the http
+//! grant allows (its one choke point, [`HttpGrant::check`]).
 //!
 //! [`HttpGrant::check`]: super::http::HttpGrant::check
 
+use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
 
 use super::bindings::banlieue::host::transfer as wit;
 use super::WitError;
@@ -75,10 +81,148 @@ fn body_of(file: Arc<std::fs::File>, len: u64) -> reqwest::Body {
     reqwest::Body::wrap_stream(chunks)
 }
 
+/// Where the disks of one `disk-export` call go: a directory the host made for this move,
+/// each disk a file named after it, with a cap on what they may take together.
+#[derive(Clone)]
+pub struct ExportGrant {
+    pub dir: Arc<cap_std::fs::Dir>,
+    /// Bytes every disk of the call may take together.
+    pub max_bytes: u64,
+    /// The disks received whole, in the order they came: what the call exported.
+    pub received: Arc<Mutex<Vec<ExportedDisk>>>,
+    /// Bytes of the disk coming in now, for progress.
+    pub progress: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ExportGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportGrant").field("max_bytes", &self.max_bytes).finish()
+    }
+}
+
+impl ExportGrant {
+    /// A grant into `dir`, for at most `max_bytes` in all.
+    pub fn new(dir: cap_std::fs::Dir, max_bytes: u64) -> ExportGrant {
+        ExportGrant { dir: Arc::new(dir), max_bytes, received: Arc::default(), progress: Arc::default() }
+    }
+
+    /// What was received whole so far.
+    pub fn received(&self) -> Vec<ExportedDisk> {
+        self.received.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Bytes still allowed.
+    fn room(&self) -> u64 {
+        self.max_bytes.saturating_sub(self.received().iter().map(|d| d.size).sum())
+    }
+}
+
+/// A disk a `disk-export` call handed over: a file of the grant's directory named `name`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportedDisk {
+    pub name: String,
+    pub size: u64,
+    /// `sha256:<hex>` of the bytes, hashed as they streamed in.
+    pub digest: String,
+}
+
+/// The disks a `disk-import` call carries, by the name the source gave them, boot disk first.
+#[derive(Clone, Debug, Default)]
+pub struct CarriedGrant {
+    pub disks: Vec<(String, TransferGrant)>,
+}
+
+/// A disk's name as a file name: what the drivers call disks (`root`, `data-1`, `scsi0`).
+fn disk_file(name: &str) -> Result<String, WitError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(WitError::InvalidSpec(format!("disk name {name:?}: 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit")));
+    }
+    Ok(name.to_string())
+}
+
+/// A file of the export directory being written: hashed and counted as the bytes come.
+struct Incoming {
+    file: std::fs::File,
+    hasher: Sha256,
+    total: u64,
+    max: u64,
+    progress: Arc<AtomicU64>,
+}
+
+impl Write for Incoming {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.total + buf.len() as u64 > self.max {
+            return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("the disks are larger than the {} bytes the move may take", self.max)));
+        }
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.total += n as u64;
+        self.progress.store(self.total, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 impl HostState {
     fn transfer(&self) -> Result<&TransferGrant, WitError> {
         self.grants.transfer.as_ref().ok_or_else(|| WitError::Denied("no image to transfer: only an import-image call holds one".into()))
     }
+
+    fn export(&self) -> Result<ExportGrant, WitError> {
+        self.grants.export.clone().ok_or_else(|| WitError::Denied("nowhere to export disks to: only a disk-export call has it".into()))
+    }
+
+    fn carried_disk(&self, disk: &str) -> Result<TransferGrant, WitError> {
+        let carried = self.grants.carried.as_ref().ok_or_else(|| WitError::Denied("no carried disks: only a disk-import call holds them".into()))?;
+        carried.disks.iter().find(|(n, _)| n == disk).map(|(_, g)| g.clone()).ok_or_else(|| WitError::NotFound(format!("no carried disk {disk:?}")))
+    }
+
+    /// Open `<disk>.part` in the export directory for a new disk (refusing one received already).
+    fn incoming(&self, g: &ExportGrant, disk: &str) -> Result<(String, Incoming), WitError> {
+        let name = disk_file(disk)?;
+        if g.received().iter().any(|d| d.name == name) {
+            return Err(WitError::InvalidSpec(format!("disk {name:?} was exported already in this call")));
+        }
+        let io = |e: std::io::Error| WitError::Internal(format!("the host's export directory: {e}"));
+        let file = g.dir.open_with(format!("{name}.part"), cap_std::fs::OpenOptions::new().create(true).write(true).truncate(true)).map_err(io)?.into_std();
+        g.progress.store(0, Ordering::Relaxed);
+        Ok((name, Incoming { file, hasher: Sha256::new(), total: 0, max: g.room(), progress: g.progress.clone() }))
+    }
+
+    /// The disk came in whole: keep it under its name.
+    fn received(&self, g: &ExportGrant, name: String, incoming: Incoming) -> Result<u64, WitError> {
+        let io = |e: std::io::Error| WitError::Internal(format!("the host's export directory: {e}"));
+        incoming.file.sync_all().map_err(io)?;
+        g.dir.rename(format!("{name}.part"), &g.dir, &name).map_err(io)?;
+        let digest = format!("sha256:{}", hex::encode(incoming.hasher.finalize()));
+        g.received.lock().unwrap_or_else(|e| e.into_inner()).push(ExportedDisk { name, size: incoming.total, digest });
+        crate::usage::transferred(incoming.total);
+        Ok(incoming.total)
+    }
+}
+
+/// Stream `g` into volume `name` of `pool` on the granted connection.
+async fn send_to_volume(conn: banlieue_libvirt::Libvirt, g: TransferGrant, pool: String, name: String) -> Result<u64, WitError> {
+    let reader = FromStart { file: g.file.clone(), pos: 0 };
+    let sent = conn.volume_upload_from(&pool, &name, reader, g.size).await.map_err(super::libvirt::err)?;
+    crate::usage::transferred(sent);
+    Ok(sent)
+}
+
+/// Stream `g` as the body of one request, inside the http grant.
+async fn send_to_http(http: Option<super::http::HttpGrant>, g: TransferGrant, method: String, url: String, headers: Vec<(String, String)>) -> Result<u16, WitError> {
+    let http = http.ok_or_else(|| WitError::Denied("the http capability is not granted to this component".into()))?;
+    let status = http.upload(&method, &url, &headers, body_of(g.file.clone(), g.size), g.size).await?;
+    if (200..300).contains(&status) {
+        crate::usage::transferred(g.size);
+    }
+    Ok(status)
 }
 
 impl wit::Host for HostState {
@@ -89,20 +233,63 @@ impl wit::Host for HostState {
 
     async fn to_libvirt_volume(&mut self, pool: String, name: String) -> Result<u64, WitError> {
         let g = self.transfer()?.clone();
-        let conn = self.libvirt()?;
-        let reader = FromStart { file: g.file.clone(), pos: 0 };
-        let sent = conn.volume_upload_from(&pool, &name, reader, g.size).await.map_err(super::libvirt::err)?;
-        crate::usage::transferred(sent);
-        Ok(sent)
+        send_to_volume(self.libvirt()?, g, pool, name).await
     }
 
     async fn to_http(&mut self, method: String, url: String, headers: Vec<(String, String)>) -> Result<u16, WitError> {
         let g = self.transfer()?.clone();
+        send_to_http(self.grants.http.clone(), g, method, url, headers).await
+    }
+
+    async fn from_libvirt_volume(&mut self, disk: String, pool: String, name: String) -> Result<u64, WitError> {
+        let g = self.export()?;
+        let conn = self.libvirt()?;
+        let (file, incoming) = self.incoming(&g, &disk)?;
+        let max = incoming.max;
+        let (incoming, _) = conn.volume_download_to(&pool, &name, incoming, max).await.map_err(super::libvirt::err)?;
+        self.received(&g, file, incoming)
+    }
+
+    async fn from_http(&mut self, disk: String, url: String, headers: Vec<(String, String)>) -> Result<u64, WitError> {
+        let g = self.export()?;
         let http = self.grants.http.clone().ok_or_else(|| WitError::Denied("the http capability is not granted to this component".into()))?;
-        let status = http.upload(&method, &url, &headers, body_of(g.file.clone(), g.size), g.size).await?;
-        if (200..300).contains(&status) {
-            crate::usage::transferred(g.size);
+        let (file, mut incoming) = self.incoming(&g, &disk)?;
+        let max = incoming.max;
+        http.download(&url, &headers, max, |chunk| incoming.write_all(chunk)).await?;
+        self.received(&g, file, incoming)
+    }
+
+    async fn carried(&mut self) -> Result<Vec<wit::CarriedDisk>, WitError> {
+        let carried = self.grants.carried.as_ref().ok_or_else(|| WitError::Denied("no carried disks: only a disk-import call holds them".into()))?;
+        Ok(carried
+            .disks
+            .iter()
+            .map(|(name, g)| wit::CarriedDisk { name: name.clone(), format: g.format.clone(), size: g.size, virtual_size: g.virtual_size })
+            .collect())
+    }
+
+    async fn carried_to_libvirt_volume(&mut self, disk: String, pool: String, name: String) -> Result<u64, WitError> {
+        let g = self.carried_disk(&disk)?;
+        send_to_volume(self.libvirt()?, g, pool, name).await
+    }
+
+    async fn carried_to_http(&mut self, disk: String, method: String, url: String, headers: Vec<(String, String)>) -> Result<u16, WitError> {
+        let g = self.carried_disk(&disk)?;
+        send_to_http(self.grants.http.clone(), g, method, url, headers).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_name_never_leaves_the_export_directory() {
+        for good in ["root", "data-1", "scsi0", "disk_2.vmdk"] {
+            assert_eq!(disk_file(good).ok().as_deref(), Some(good));
         }
-        Ok(status)
+        for bad in ["", "../etc", "a/b", ".hidden", "/abs", "x\0", &"a".repeat(64)] {
+            assert!(matches!(disk_file(bad), Err(WitError::InvalidSpec(_))), "{bad:?} must be refused");
+        }
     }
 }

@@ -166,6 +166,43 @@ impl ProviderDriver {
         Ok(st)
     }
 
+    /// What the driver offers beyond the calls every driver answers (`features`); a 0.5.0
+    /// driver offers nothing more.
+    pub async fn features(&self, limits: Limits, grants: Grants) -> Result<Vec<Feature>, CallError> {
+        if let Pre::V0_5(_) = self.pre {
+            return Ok(Vec::new());
+        }
+        let names = call!(only current Feature::Snapshots, self, limits, grants, |d, store| d
+            .call_features(&mut store)
+            .await
+            .map(Ok::<_, crate::capability::WitError>))?;
+        validate::features(&names)
+    }
+
+    /// Whether the driver offers `feature`: its contract has it and its `features` answer lists it.
+    pub async fn offers(&self, feature: Feature, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        if let Pre::V0_5(_) = self.pre {
+            return Err(CallError::Unsupported { feature, contract: self.component.contract_version.clone() });
+        }
+        match self.features(limits, grants).await?.contains(&feature) {
+            true => Ok(()),
+            false => Err(CallError::NotOffered(feature)),
+        }
+    }
+
+    /// Hand the powered-off machine's disks to the host, into `grants.export`. Every disk
+    /// the driver names comes in whole, or the call fails.
+    pub async fn disk_export(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(only current Feature::DiskExport, self, limits, grants, |d, store| d.call_disk_export(&mut store, config, machine).await)
+    }
+
+    /// Make `machine` from the disks in `grants.carried`.
+    pub async fn disk_import(&self, config: &ProviderConfig, machine: &Machine, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        let st = call!(only current Feature::DiskImport, self, limits, grants, |d, store| d.call_disk_import(&mut store, config, machine).await)?;
+        validate::machine_status("disk-import", &st)?;
+        Ok(st)
+    }
+
     pub async fn snapshot_delete(&self, config: &ProviderConfig, machine: &MachineRef, id: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
         call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_delete(&mut store, config, machine, id).await)
     }
