@@ -251,7 +251,7 @@ async fn changing_the_provider_moves_the_vm_between_libvirt_hosts() -> anyhow::R
     provider(&env, "b", &uri_b).await?;
     let (host_a, host_b) = (cp.ctx.libvirt.get(DEFAULT_URI).await?, cp.ctx.libvirt.get(&uri_b).await?);
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    env.apply(vm(&env, "db", json!({"placement": {"providerRef": {"name": "a"}}}))).await?;
+    env.apply(vm(&env, "db", json!({"placement": {"providerRef": {"name": "a"}}, "moveStrategy": "Recreate"}))).await?;
     wait_for(&vms, "db", 60, "Ready on a", is_ready).await?;
     assert_eq!(domains(&host_a, &env.ns).await?.len(), 1);
     assert!(domains(&host_b, &env.ns).await?.is_empty());

@@ -175,7 +175,7 @@ async fn sigkilled_at_random_moments_banlieue_leaves_each_declared_vm_once_and_n
         let mut declared = Declared::new();
         // A VM to swap, made on vSphere.
         let swap = format!("swap-{round}");
-        env.apply(vm(&env, &swap, &any, VCENTER, json!({}))).await?;
+        env.apply(vm(&env, &swap, &any, VCENTER, json!({"moveStrategy": "Recreate"}))).await?;
         declared.insert(swap.clone(), VCENTER);
 
         // The pool scaled up to `members`, killed somewhere in it.

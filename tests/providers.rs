@@ -552,7 +552,7 @@ async fn an_address_from_a_pool_follows_the_vm_to_each_backends_guest() -> anyho
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let claims = ipam::claims(&env.client, &env.ns);
     let network = json!({"interfaces": [{"name": "eth0", "addressesFromPools": [ipam::pool("lab")]}]});
-    env.apply(vm(&env, "nomad", &n, VCENTER, json!({"network": network}))).await?;
+    env.apply(vm(&env, "nomad", &n, VCENTER, json!({"network": network, "moveStrategy": "Recreate"}))).await?;
     wait_for(&claims, "nomad-eth0-0", 30, "the VM's claim", |c: Option<&DynamicObject>| c.is_some()).await?;
     // The libvirtd test network is 192.168.123.0/24, DHCP from .10: .6 is nobody's lease.
     ipam::answer(&env.client, &env.ns, "nomad-eth0-0", "nomad-eth0-0", "lab-192-168-123-6", "192.168.123.6", 24, "192.168.123.1").await?;
@@ -608,7 +608,7 @@ async fn one_vm_moves_across_vsphere_proxmox_and_libvirt_by_changing_one_field()
     let n = three_backends(&env, &vc, &pve, lv).await?;
     env.apply(secret(&env, "roamer-user-data", &[("user-data", "#cloud-config\n#banlieue-marker: roaming\n")])).await?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), ns);
-    env.apply(vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}}))).await?;
+    env.apply(vm(&env, "roamer", &n, VCENTER, json!({"userData": {"name": "roamer-user-data", "key": "user-data"}, "moveStrategy": "Recreate"}))).await?;
 
     // vSphere.
     let on_vc = ready_on(&vms, "roamer", VCENTER).await?;

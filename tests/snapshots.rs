@@ -279,7 +279,7 @@ async fn a_vm_with_snapshots_moves_only_when_its_policy_drops_them() -> anyhow::
     // A second Provider on the same vCenter: somewhere to move to.
     let first = Api::<banlieue_api::Provider>::namespaced(env.client.clone(), &env.ns).get(VCENTER).await?;
     env.apply(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "vcenter-b", "namespace": env.ns}, "spec": first.spec})).await?;
-    let (web, moref) = t.ready_vm("web", json!({})).await?;
+    let (web, moref) = t.ready_vm("web", json!({"moveStrategy": "Recreate"})).await?;
     env.apply(snapshot(env, "keep", "web", json!({}))).await?;
     taken(&snaps, "keep").await?;
 

@@ -119,6 +119,10 @@ pub struct ResolvedVm {
     /// Bring the machine back to a snapshot once (its VM's `spec.revertTo`, resolved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<MachineRevert>,
+    /// Make the machine from another machine's disks, carried from its backend (a move of
+    /// its VM), instead of from `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carry: Option<MachineCarry>,
     /// The Provider's own name of the failure domain, when `spec.failureDomain` holds the
     /// cluster-wide name CAPI uses (`<provider>/<domain>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +153,39 @@ pub struct MachineRestore {
     /// A linked clone where the backend can.
     #[serde(default)]
     pub linked: bool,
+}
+
+/// The powered-off machine whose disks a new machine is made from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineCarry {
+    /// The Provider (same namespace) it runs on.
+    pub provider: String,
+    /// Its `<Kind>Machine` kind and name, and the UID its backend knows it by.
+    pub kind: String,
+    pub machine: String,
+    #[serde(rename = "machineUID")]
+    pub machine_uid: String,
+    /// Its failure domain (the Provider's name for it).
+    #[serde(default)]
+    pub failure_domain: String,
+    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+}
+
+/// How far a machine made from carried disks is (`spec.vm.carry`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarryStatus {
+    pub phase: crate::vm::MovePhase,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::vm::MovedDisk>,
+    /// Why it failed (phase `Failed`, for good: the VM stays on its old machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The reason of that failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A snapshot to bring a machine back to.
@@ -276,6 +313,9 @@ pub struct InfraMachineStatus {
     /// The hardware the backend reports (CPUs, memory, each disk and NIC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<MachineHardware>,
+    /// A machine made from carried disks (`spec.vm.carry`): how far it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carry: Option<CarryStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

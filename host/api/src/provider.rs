@@ -201,6 +201,11 @@ pub struct ProviderStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub failure_domains: Vec<FailureDomain>,
+    /// What the Provider's driver does beyond the calls every driver answers, as it says
+    /// (`snapshots`, `disk-export`, `disk-import`): a move that carries disks needs
+    /// `disk-export` here and `disk-import` on the Provider it goes to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_features: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -80,6 +80,13 @@ pub struct VirtualMachineSpec {
     /// What happens when the placement no longer matches where the VM runs.
     #[serde(default)]
     pub migration_policy: MigrationPolicy,
+    /// How the VM moves when it does: `CarryDisks` (default) takes its disks along (powered
+    /// off, exported, converted, imported on the new backend, then started there; the old
+    /// machine goes only once the new one is Ready), `Recreate` makes it afresh from its image
+    /// on the new backend (what the guest wrote is lost). A move between backends that cannot
+    /// carry disks is refused (`PlacementValid=False/CannotCarryDisks`), never made a recreate.
+    #[serde(default)]
+    pub move_strategy: MoveStrategy,
     /// Stop reconciling this VM (the backend VM is left as it is).
     #[serde(default)]
     pub paused: bool,
@@ -214,6 +221,77 @@ pub enum MigrationPolicy {
     AutomaticDroppingSnapshots,
 }
 
+/// How a VM moves to another placement.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MoveStrategy {
+    /// Carry the disks to the new backend: nothing the guest wrote is lost.
+    #[default]
+    CarryDisks,
+    /// Tear the machine down and make it afresh from the image on the new backend.
+    Recreate,
+}
+
+/// A move that carries the VM's disks, while it lasts (and when it failed, why).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveStatus {
+    /// Where the VM runs until the move is done.
+    pub from: MoveEnd,
+    /// Where it goes.
+    pub to: MoveEnd,
+    pub phase: MovePhase,
+    /// Each disk carried: bytes moved so far of the phase's total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<MovedDisk>,
+    /// Why the move failed (phase `Failed`); the VM stays where it was until its spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The VM's generation the move was made (or failed) for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// One end of a move: the placement and the Machine there.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveEnd {
+    pub scheduled: Scheduled,
+    pub machine: InfrastructureRef,
+}
+
+/// Where a move that carries the disks is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MovePhase {
+    /// The VM is powered off on its old backend (per `powerOffMode`).
+    #[default]
+    PoweringOff,
+    /// The old backend's driver hands each disk to banlieue, which streams it into its cache.
+    Exporting,
+    /// `qemu-img convert` to the format the new backend takes.
+    Converting,
+    /// The new backend's driver makes the machine from the carried disks.
+    Importing,
+    /// The new machine is brought to the VM's power state.
+    Starting,
+    /// The new machine is Ready: the old one is being deleted.
+    RemovingSource,
+    /// The move failed; the VM runs where it was.
+    Failed,
+}
+
+/// A disk on its way.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MovedDisk {
+    pub name: String,
+    pub bytes_done: u64,
+    /// The phase's total, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_total: Option<u64>,
+}
+
 /// Observed state of a VirtualMachine.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -252,7 +330,10 @@ pub struct VirtualMachineStatus {
     /// The last revert to a snapshot (`spec.revertTo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<RevertStatus>,
-    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady, ConfigurationApplied, Reverted.
+    /// A move that carries the disks, while it lasts, or the last one that failed.
+    #[serde(rename = "move", default, skip_serializing_if = "Option::is_none")]
+    pub moving: Option<MoveStatus>,
+    /// Ready, Scheduled, PlacementValid, InfrastructureReady, AddressesReady, ConfigurationApplied, Reverted, Moved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

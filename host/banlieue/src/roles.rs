@@ -46,7 +46,8 @@ pub struct RoleArgs {
     /// Seconds between two probes of a Provider (capacity, and rotated credentials).
     #[arg(long, default_value_t = 60)]
     pub probe_interval: u64,
-    /// The image cache of the imagebuilder role (downloaded and converted images).
+    /// The image cache of the imagebuilder role (downloaded and converted images), which the
+    /// provider role also carries moving VMs' disks through.
     #[arg(long, env = "BANLIEUE_IMAGE_CACHE_DIR", default_value = "/var/cache/banlieue/images")]
     pub image_cache_dir: PathBuf,
     /// The most the image cache holds, in GiB (older images are evicted to make room).
@@ -139,8 +140,9 @@ pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
     // Flags first: a bad one is named before the cluster is even looked for.
     let mut options = args.options()?;
     let client = kube::Client::try_default().await?;
-    // Only the imagebuilder role keeps images.
-    if !roles.imagebuilder {
+    // The imagebuilder role keeps images; the provider role carries moving VMs' disks through
+    // the same cache.
+    if !roles.imagebuilder && !roles.provider {
         options.image_cache = None;
     }
     let ctx = Context::new(client, options)?;

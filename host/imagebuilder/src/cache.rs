@@ -15,6 +15,9 @@
 //!   rest with an HTTP `Range` request (and starts over when the server ignores it).
 //! - **Bounded.** The cache never holds more than its limit: older entries are evicted
 //!   to make room, and an image that cannot fit is refused.
+//! - **Carried disks pass through.** A move's disks (`carry/<machine UID>/`) are written by
+//!   the transfer capability, converted here, and removed when the move ends; they count
+//!   against the limit while they are here.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, Write};
@@ -31,6 +34,8 @@ use sha2::{Digest as _, Sha256};
 const IMAGES: &str = "images";
 const CONVERTED: &str = "converted";
 const PARTIAL: &str = "partial";
+/// Where the disks of moves pass through: `carry/<new machine's UID>/<disk>`.
+const CARRY: &str = "carry";
 
 /// A sha256 digest, as VMImages write it (`sha256:<64 hex>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -162,7 +167,7 @@ impl ImageCache {
     pub fn open(path: &Path, limit: u64, allowed_schemes: &[&str]) -> std::io::Result<ImageCache> {
         std::fs::create_dir_all(path)?;
         let root = Dir::open_ambient_dir(path, ambient_authority())?;
-        for sub in [IMAGES, CONVERTED, PARTIAL] {
+        for sub in [IMAGES, CONVERTED, PARTIAL, CARRY] {
             root.create_dir_all(sub)?;
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -305,16 +310,7 @@ impl ImageCache {
     /// What `qemu-img info` makes of an entry; a file that is not a disk image is refused.
     pub async fn inspect(&self, entry: &Entry) -> Result<ImageInfo, ConvertError> {
         let file = self.root.open(&entry.name)?.into_std();
-        let out = qemu_img(&["info", "--output=json", &fd_path(&file)]).await?;
-        let info: ImageInfo = serde_json::from_slice(&out).map_err(|e| ConvertError::QemuImg(format!("unreadable `qemu-img info`: {e}")))?;
-        // Any file is a "raw" image to qemu-img: a disk (or ISO) is at least whole sectors.
-        if info.format == "raw" && (entry.size == 0 || entry.size % 512 != 0) {
-            return Err(ConvertError::NotADiskImage(format!("{} bytes of no known image format (not whole 512-byte sectors)", entry.size)));
-        }
-        if !matches!(info.format.as_str(), "raw" | "qcow2" | "vmdk" | "vpc" | "vhdx") {
-            return Err(ConvertError::NotADiskImage(format!("format {:?}", info.format)));
-        }
-        Ok(info)
+        info_of(&file, entry.size).await
     }
 
     /// The entry in `format`, converted once with `qemu-img convert` and kept beside it.
@@ -332,15 +328,7 @@ impl ImageCache {
         let tmp = format!("{PARTIAL}/{}.{}", entry.digest.file_name(), format.extension());
         let input = self.root.open(&entry.name)?.into_std();
         let output = self.root.open_with(&tmp, OpenOptions::new().create(true).write(true).truncate(true))?.into_std();
-        let mut args = vec!["convert", "-f", source_format.as_str(), "-O"];
-        match format {
-            DiskFormat::Qcow2 => args.push("qcow2"),
-            DiskFormat::Raw => args.push("raw"),
-            DiskFormat::StreamOptimizedVmdk => args.extend(["vmdk", "-o", "subformat=streamOptimized"]),
-        }
-        let (from, to) = (fd_path(&input), fd_path(&output));
-        args.extend([from.as_str(), to.as_str()]);
-        let result = qemu_img(&args).await;
+        let result = convert_file(&input, &source_format, &output, format).await;
         drop((input, output));
         if let Err(e) = result {
             let _ = self.root.remove_file(&tmp);
@@ -349,6 +337,78 @@ impl ImageCache {
         self.root.rename(&tmp, &self.root, &name)?;
         let size = self.root.metadata(&name)?.len();
         Ok(Entry { digest: entry.digest, format: Some(format), size, name })
+    }
+
+    /// The directory the disks of one move pass through (made if need be), named by `key`
+    /// (the new machine's UID: letters, digits and `-`).
+    pub fn carry_dir(&self, key: &str) -> std::io::Result<Dir> {
+        let name = carry_name(key)?;
+        self.root.create_dir_all(&name)?;
+        self.root.open_dir(&name)
+    }
+
+    /// Bytes the cache may still take for carried disks: its limit less everything it holds
+    /// (images can be evicted for a move only by removing them by hand).
+    pub fn carry_room(&self) -> std::io::Result<u64> {
+        let carried: u64 = self.carry_files()?.iter().map(|f| f.1).sum();
+        Ok(self.limit.saturating_sub(self.usage()? + carried))
+    }
+
+    /// Remove what a move carried through the cache.
+    pub fn carry_remove(&self, key: &str) -> std::io::Result<()> {
+        match self.root.remove_dir_all(carry_name(key)?) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Carried disk `disk` of move `key` in `format`: converted once with `qemu-img convert`
+    /// and kept beside it as `<disk>.<extension>` (the carried file itself when it already
+    /// is in that format). The carried file must be a disk image.
+    pub async fn carry_convert(&self, key: &str, disk: &str, format: DiskFormat) -> Result<CarriedFile, ConvertError> {
+        let dir = self.carry_dir(key)?;
+        if disk.is_empty() || disk.starts_with('.') || disk.contains(['/', '\\']) {
+            return Err(ConvertError::NotADiskImage(format!("carried disk name {disk:?}")));
+        }
+        let source = dir.open(disk)?.into_std();
+        let info = info_of(&source, source.metadata()?.len()).await?;
+        let out = format!("{disk}.{}", format.extension());
+        if !matches!(dir.metadata(&out), Ok(m) if m.is_file()) {
+            let same = matches!((info.format.as_str(), format), ("qcow2", DiskFormat::Qcow2) | ("raw", DiskFormat::Raw));
+            if same {
+                dir.hard_link(disk, &dir, &out)?;
+            } else {
+                let tmp = format!("{out}.part");
+                let output = dir.open_with(&tmp, OpenOptions::new().create(true).write(true).truncate(true))?.into_std();
+                let converted = convert_file(&source, &info.format, &output, format).await;
+                drop(output);
+                if let Err(e) = converted {
+                    let _ = dir.remove_file(&tmp);
+                    return Err(e);
+                }
+                dir.rename(&tmp, &dir, &out)?;
+            }
+        }
+        let file = dir.open(&out)?.into_std();
+        let size = file.metadata()?.len();
+        Ok(CarriedFile { file, format, size, virtual_size: info.virtual_size })
+    }
+
+    /// Every file of every move's directory: name, size.
+    fn carry_files(&self) -> std::io::Result<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        for moving in self.root.read_dir(CARRY)? {
+            let moving = moving?;
+            if !moving.file_type()?.is_dir() {
+                continue;
+            }
+            let sub = format!("{CARRY}/{}", moving.file_name().to_string_lossy());
+            for item in self.root.read_dir(&sub)? {
+                let item = item?;
+                out.push((format!("{sub}/{}", item.file_name().to_string_lossy()), item.metadata()?.len()));
+            }
+        }
+        Ok(out)
     }
 
     fn lock(&self, digest: &Digest) -> Arc<tokio::sync::Mutex<()>> {
@@ -390,6 +450,51 @@ impl ImageCache {
         }
         Ok(())
     }
+}
+
+/// A carried disk converted for the backend it goes to.
+#[derive(Debug)]
+pub struct CarriedFile {
+    pub file: std::fs::File,
+    pub format: DiskFormat,
+    pub size: u64,
+    /// What a VM sees of it, in bytes.
+    pub virtual_size: u64,
+}
+
+/// `carry/<key>`, for a key of letters, digits and `-` only.
+fn carry_name(key: &str) -> std::io::Result<String> {
+    if key.is_empty() || key.len() > 64 || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("move key {key:?}: letters, digits and '-' only")));
+    }
+    Ok(format!("{CARRY}/{key}"))
+}
+
+/// What `qemu-img info` makes of `file` (`size` bytes); a file that is not a disk image is refused.
+async fn info_of(file: &std::fs::File, size: u64) -> Result<ImageInfo, ConvertError> {
+    let out = qemu_img(&["info", "--output=json", &fd_path(file)]).await?;
+    let info: ImageInfo = serde_json::from_slice(&out).map_err(|e| ConvertError::QemuImg(format!("unreadable `qemu-img info`: {e}")))?;
+    // Any file is a "raw" image to qemu-img: a disk (or ISO) is at least whole sectors.
+    if info.format == "raw" && (size == 0 || size % 512 != 0) {
+        return Err(ConvertError::NotADiskImage(format!("{size} bytes of no known image format (not whole 512-byte sectors)")));
+    }
+    if !matches!(info.format.as_str(), "raw" | "qcow2" | "vmdk" | "vpc" | "vhdx") {
+        return Err(ConvertError::NotADiskImage(format!("format {:?}", info.format)));
+    }
+    Ok(info)
+}
+
+/// `qemu-img convert` of `input` (in `source_format`) into `output` as `format`.
+async fn convert_file(input: &std::fs::File, source_format: &str, output: &std::fs::File, format: DiskFormat) -> Result<(), ConvertError> {
+    let mut args = vec!["convert", "-f", source_format, "-O"];
+    match format {
+        DiskFormat::Qcow2 => args.push("qcow2"),
+        DiskFormat::Raw => args.push("raw"),
+        DiskFormat::StreamOptimizedVmdk => args.extend(["vmdk", "-o", "subformat=streamOptimized"]),
+    }
+    let (from, to) = (fd_path(input), fd_path(output));
+    args.extend([from.as_str(), to.as_str()]);
+    qemu_img(&args).await.map(drop)
 }
 
 /// The path through which another process opens a file this process holds open.

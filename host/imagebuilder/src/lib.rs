@@ -5,4 +5,4 @@
 
 pub mod cache;
 
-pub use cache::{ConvertError, Digest, DiskFormat, Entry, FetchError, ImageCache, ImageInfo};
+pub use cache::{CarriedFile, ConvertError, Digest, DiskFormat, Entry, FetchError, ImageCache, ImageInfo};

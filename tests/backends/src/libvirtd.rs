@@ -170,7 +170,12 @@ impl Libvirtd {
     /// qcow2's present state, not its snapshots), read with `qemu-img dd` from the volume's
     /// path; `-U`: also while the domain runs.
     pub fn read_volume(&self, volume: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let path = self.virsh(&["vol-path", "--pool", &self.pool, volume])?.trim().to_string();
+        self.read_volume_in(&self.pool, volume, offset, len)
+    }
+
+    /// [`read_volume`](Self::read_volume) of a volume of `pool`.
+    pub fn read_volume_in(&self, pool: &str, volume: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let path = self.virsh(&["vol-path", "--pool", pool, volume])?.trim().to_string();
         let dir = tempfile::tempdir()?;
         let out = dir.path().join("slice.raw");
         let block = 4096u64;
@@ -189,6 +194,26 @@ impl Libvirtd {
         let bytes = std::fs::read(&out)?;
         let start = (offset % block) as usize;
         Ok(bytes.get(start..start + len).unwrap_or_default().to_vec())
+    }
+
+    /// A second dir storage pool `name` (a move's other end), removed with its volumes when
+    /// the guard drops.
+    pub fn add_pool(&'static self, name: &str) -> Result<ExtraPool> {
+        let dir = std::env::temp_dir().join(format!("banlieue-pool-{name}"));
+        std::fs::create_dir_all(&dir)?;
+        let _ = self.virsh(&["pool-destroy", name]);
+        let _ = self.virsh(&["pool-undefine", name]);
+        self.virsh(&["pool-define-as", name, "dir", "--target", &dir.display().to_string()])?;
+        self.virsh(&["pool-start", name])?;
+        Ok(ExtraPool { lv: self, name: name.to_string(), dir })
+    }
+
+    /// The volumes of `pool` whose name starts with `prefix`.
+    pub fn volumes_in(&self, pool: &str, prefix: &str) -> Result<Vec<String>> {
+        let list = self.virsh(&["vol-list", pool])?;
+        let mut names: Vec<String> = list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(prefix)).map(String::from).collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Remove a domain and the pool's volumes starting with `prefix` (cleanup after a failed test).
@@ -395,5 +420,23 @@ mod tests {
         let two = [span("a", "12:00:00.100", "12:00:00.400"), span("b", "12:00:00.200", "12:00:00.500"), span("c", "12:00:00.450", "12:00:00.600")];
         assert_eq!(peak_concurrent(&two), 2);
         assert_eq!(peak_concurrent(&[]), 0);
+    }
+}
+
+/// A storage pool a test added ([`Libvirtd::add_pool`]): gone, volumes and directory, on drop.
+pub struct ExtraPool {
+    lv: &'static Libvirtd,
+    pub name: String,
+    dir: PathBuf,
+}
+
+impl Drop for ExtraPool {
+    fn drop(&mut self) {
+        for v in self.lv.volumes_in(&self.name, "").unwrap_or_default() {
+            let _ = self.lv.virsh(&["vol-delete", "--pool", &self.name, &v]);
+        }
+        let _ = self.lv.virsh(&["pool-destroy", &self.name]);
+        let _ = self.lv.virsh(&["pool-undefine", &self.name]);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -124,8 +124,9 @@ async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome
     }
     status.observed_generation = generation;
     let next = match outcome {
-        Ok(inventory) => {
+        Ok((inventory, features)) => {
             status.failure_domains = failure_domains(&inventory);
+            status.driver_features = features.iter().map(|f| f.name().to_string()).collect();
             let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
             let message = format!("{version}; {} failure domain(s)", status.failure_domains.len());
             conditions::set(&mut status.conditions, READY, true, Reason::Probed, message, generation);
@@ -153,11 +154,12 @@ impl Shared {
     }
 }
 
-async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<Inventory, Failure> {
+/// The driver's inventory, and what it offers beyond the calls every driver answers.
+async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<(Inventory, Vec<banlieue_runtime::Feature>), Failure> {
     crate::sandbox::grants::check_credentials(ctx, provider, &b.grants).await;
-    ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants))
-        .await
-        .map_err(Failure::from)
+    let inventory = ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let features = ctx.call(&b.class, "features", b.driver.component.features(b.driver.limits, b.grants)).await.map_err(Failure::from)?;
+    Ok((inventory, features))
 }
 
 

@@ -17,6 +17,8 @@ pub const ADDRESSES_READY: &str = "AddressesReady";
 pub const CONFIGURATION_APPLIED: &str = "ConfigurationApplied";
 /// Whether the VM's `spec.revertTo` has been applied.
 pub const REVERTED: &str = "Reverted";
+/// A VM's last move that carried its disks: done, or why not.
+pub const MOVED: &str = "Moved";
 
 /// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
 /// its status or reason changed, or it is said of a new generation of the object (the user

@@ -87,6 +87,11 @@ impl PartialEq<String> for Reason {
 }
 
 impl Reason {
+    /// The reason the API shows as `name`, if it is one of banlieue's.
+    pub fn parse(name: &str) -> Option<Reason> {
+        Reason::ALL.iter().copied().find(|r| r.as_str() == name)
+    }
+
     /// A machine's power state, as its `Ready` reason.
     pub fn of_power(power: PowerState) -> Reason {
         match power {

@@ -90,8 +90,9 @@ pub struct ExportGrant {
     pub max_bytes: u64,
     /// The disks received whole, in the order they came: what the call exported.
     pub received: Arc<Mutex<Vec<ExportedDisk>>>,
-    /// Bytes of the disk coming in now, for progress.
+    /// The disk coming in now and its bytes so far, for progress.
     pub progress: Arc<AtomicU64>,
+    pub current: Arc<Mutex<String>>,
 }
 
 impl std::fmt::Debug for ExportGrant {
@@ -103,7 +104,12 @@ impl std::fmt::Debug for ExportGrant {
 impl ExportGrant {
     /// A grant into `dir`, for at most `max_bytes` in all.
     pub fn new(dir: cap_std::fs::Dir, max_bytes: u64) -> ExportGrant {
-        ExportGrant { dir: Arc::new(dir), max_bytes, received: Arc::default(), progress: Arc::default() }
+        ExportGrant { dir: Arc::new(dir), max_bytes, received: Arc::default(), progress: Arc::default(), current: Arc::default() }
+    }
+
+    /// The disk coming in now (empty before the first) and its bytes so far.
+    pub fn current(&self) -> (String, u64) {
+        (self.current.lock().unwrap_or_else(|e| e.into_inner()).clone(), self.progress.load(Ordering::Relaxed))
     }
 
     /// What was received whole so far.
@@ -156,7 +162,7 @@ struct Incoming {
 impl Write for Incoming {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.total + buf.len() as u64 > self.max {
-            return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("the disks are larger than the {} bytes the move may take", self.max)));
+            return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("the disks are larger than the {} bytes left in the host's image cache", self.max)));
         }
         let n = self.file.write(buf)?;
         self.hasher.update(&buf[..n]);
@@ -192,6 +198,7 @@ impl HostState {
         let io = |e: std::io::Error| WitError::Internal(format!("the host's export directory: {e}"));
         let file = g.dir.open_with(format!("{name}.part"), cap_std::fs::OpenOptions::new().create(true).write(true).truncate(true)).map_err(io)?.into_std();
         g.progress.store(0, Ordering::Relaxed);
+        *g.current.lock().unwrap_or_else(|e| e.into_inner()) = name.clone();
         Ok((name, Incoming { file, hasher: Sha256::new(), total: 0, max: g.room(), progress: g.progress.clone() }))
     }
 

@@ -43,6 +43,7 @@ use crate::status::reasons::Reason;
 use crate::status;
 use crate::{Context, Error};
 
+pub(crate) mod carry;
 mod convert;
 mod delete;
 mod hardware;

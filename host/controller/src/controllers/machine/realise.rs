@@ -55,6 +55,13 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
                     ctx.event(&m.object_ref(resource), false, Reason::Restored, "Restore", format!("made from snapshot {} of {}", from.snapshot_id, from.source_machine)).await;
                     made
                 }
+                // A move: made from the disks of the machine it replaces, then like any other.
+                None if spec.vm.carry.is_some() => {
+                    let from = spec.vm.carry.as_ref().expect("checked");
+                    let made = super::carry::carry(ctx, m, resource, st, b, from, &machine).await?;
+                    ctx.event(&m.object_ref(resource), false, Reason::Carrying, "Carry", format!("made from the disks of {} {} carried from Provider {}", from.kind, from.machine, from.provider)).await;
+                    made
+                }
                 None => call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?,
             };
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());

@@ -22,6 +22,7 @@
 //! IP address claims.
 
 mod assumed;
+mod moving;
 mod network;
 mod revert;
 mod snapshots;
@@ -281,6 +282,8 @@ enum Current {
     Keep(Option<DynamicObject>),
     /// A Machine of another placement or being deleted: wait for it to go.
     Wait(Outcome),
+    /// The Machine of the placement the VM is moving away from, carrying its disks.
+    Carry(DynamicObject),
 }
 
 struct Reconcile<'a> {
@@ -378,6 +381,7 @@ impl<'a> Reconcile<'a> {
         let existing = match self.current_machine(machine?, &target, &scheduled).await? {
             Current::Keep(existing) => existing,
             Current::Wait(outcome) => return Ok(outcome),
+            Current::Carry(old) => return self.carry(old, &wanted, &provider, &target, &scheduled, &addressing).await,
         };
         let revert = self.revert(existing.as_ref()).await?;
         let restore = self.restore(&scheduled.provider, existing.as_ref()).await?;
@@ -387,11 +391,15 @@ impl<'a> Reconcile<'a> {
         self.note_machine(&target, &spec);
         // The decision and the Machine it names are recorded (one write) before the Machine exists.
         self.record().await.map_err(status_error)?;
-        let machine = self.apply_machine(&target.resource, spec, existing).await?;
+        let machine = self.apply_machine(&target.resource, &target.reference.name, spec, existing).await?;
         // A Machine that has not reported yet leaves the VM as the decision put it
         // (provisioning there): its first status brings the VM back.
         if machine.data.get("status").is_some_and(|s| !s.is_null()) {
             self.mirror(&machine, &target.reference);
+        }
+        // A move's last step: the machine it left goes.
+        if let Some(outcome) = self.finish_move().await? {
+            return Ok(outcome);
         }
         Ok(Outcome::AwaitChange)
     }
@@ -534,7 +542,12 @@ impl<'a> Reconcile<'a> {
             .get(&ObjectRef::new(&scheduled.provider_class))
             .ok_or_else(|| blocked(INFRASTRUCTURE_READY, Reason::ProviderClassNotFound, format!("ProviderClass {:?} not found", scheduled.provider_class)))?;
         let resource = infra_kinds::machine_resource(&provider_class.spec.infrastructure_kind);
-        let reference = InfrastructureRef { api_version: resource.api_version.clone(), kind: resource.kind.clone(), name: self.name.clone(), uid: None };
+        // A VM moved within one kind runs on a Machine of another name (see [`moving::moved_name`]).
+        let name = match &self.status.infrastructure_ref {
+            Some(r) if r.kind == resource.kind => r.name.clone(),
+            _ => self.name.clone(),
+        };
+        let reference = InfrastructureRef { api_version: resource.api_version.clone(), kind: resource.kind.clone(), name, uid: None };
         Ok((provider, Target { resource, reference }))
     }
 
@@ -547,6 +560,9 @@ impl<'a> Reconcile<'a> {
             && old_spec.provider_ref.as_ref().map(|r| r.name.as_str()) == Some(scheduled.provider.as_str())
             && old_spec.failure_domain.as_deref() == Some(scheduled.failure_domain.as_str());
         if !same {
+            if self.carrying() {
+                return Ok(Current::Carry(old));
+            }
             return self.move_away(&current, &old, scheduled).await.map(Current::Wait);
         }
         if old.metadata.deletion_timestamp.is_some() {
@@ -604,11 +620,31 @@ impl<'a> Reconcile<'a> {
                 }
                 MigrationPolicy::AutomaticDroppingSnapshots => {}
             }
+            if let Some(failed) = self.move_failed() {
+                self.set(PLACEMENT_VALID, false, Reason::MoveFailed, format!("{why}; the last move failed ({failed}): change the VM's spec to try again"));
+                return Ok(current.clone());
+            }
+            let source = providers.iter().find(|p| p.name_any() == current.provider).map(|p| &**p);
+            if let Some(cannot) = self.carries().then(|| moving::lacks(source, &current.provider, "disk-export")).flatten() {
+                self.set(PLACEMENT_VALID, false, Reason::CannotCarryDisks, format!("{why}; {cannot}"));
+                return Ok(current.clone());
+            }
             if let Some(stays) = self.snapshots_allow_move().await? {
                 self.set(PLACEMENT_VALID, false, Reason::SnapshotsBlockMove, format!("{why}; {stays}"));
                 return Ok(current.clone());
             }
             match self.choose(class, image, image_classes, providers).await {
+                Ok(next) if self.carries() => {
+                    let target = providers.iter().find(|p| p.name_any() == next.provider).map(|p| &**p);
+                    if let Some(cannot) = moving::lacks(target, &next.provider, "disk-import") {
+                        self.unchoose(current);
+                        self.set(PLACEMENT_VALID, false, Reason::CannotCarryDisks, format!("{why}; it would move to {}/{}, but {cannot}", next.provider, next.failure_domain));
+                        return Ok(current.clone());
+                    }
+                    self.start_move(current.clone(), &next);
+                    self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}, carrying its disks", next.provider, next.failure_domain));
+                    Ok(next)
+                }
                 Ok(next) => {
                     self.set(PLACEMENT_VALID, true, Reason::Rescheduled, format!("{why}; moving to {}/{}", next.provider, next.failure_domain));
                     Ok(next)
@@ -681,6 +717,14 @@ impl<'a> Reconcile<'a> {
         Ok(scheduled)
     }
 
+    /// Take back a decision `choose` made (the VM stays on `current`).
+    fn unchoose(&mut self, current: &Scheduled) {
+        self.status.scheduled = Some(current.clone());
+        self.state.assumed.assume(self.vm, current.clone());
+        self.decided = None;
+        self.set(SCHEDULED, true, Reason::Scheduled, holds(current));
+    }
+
     async fn get_machine(&self, r: &InfrastructureRef) -> Result<Option<DynamicObject>, kube::Error> {
         let resource = resource_of(r);
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource);
@@ -737,7 +781,7 @@ impl<'a> Reconcile<'a> {
 
     /// Server-side-apply the Machine (skipped when it already says all of this). It is made
     /// with the machine reconciler's finalizer, saving that reconciler a write of its own.
-    async fn apply_machine(&self, resource: &kube::api::ApiResource, spec: InfraMachineSpec, existing: Option<DynamicObject>) -> Result<DynamicObject, Blocked> {
+    async fn apply_machine(&self, resource: &kube::api::ApiResource, name: &str, spec: InfraMachineSpec, existing: Option<DynamicObject>) -> Result<DynamicObject, Blocked> {
         let owner = self.vm.controller_owner_ref(&()).ok_or_else(|| blocked(READY, Reason::Internal, "VM has no uid"))?;
         // The Machine belongs to the VM's installation: its provider role acts on it.
         let mut labels = std::collections::BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
@@ -746,7 +790,7 @@ impl<'a> Reconcile<'a> {
             "apiVersion": resource.api_version,
             "kind": resource.kind,
             "metadata": {
-                "name": self.name,
+                "name": name,
                 "namespace": self.ns,
                 "labels": labels,
                 "ownerReferences": [owner],
@@ -766,8 +810,8 @@ impl<'a> Reconcile<'a> {
             }
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, resource);
-        api.patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
-            let failure = api_failure(&e).context(format_args!("applying {} {}", resource.kind, self.name));
+        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await.map_err(|e| {
+            let failure = api_failure(&e).context(format_args!("applying {} {name}", resource.kind));
             let reason = if failure.reason == Reason::Forbidden { Reason::Forbidden } else { Reason::MachineApplyFailed };
             Blocked::on(INFRASTRUCTURE_READY, Failure { reason, ..failure })
         })
@@ -824,6 +868,26 @@ impl<'a> Reconcile<'a> {
     async fn delete(mut self) -> Result<Outcome, Error> {
         if !finalizer::has(self.vm, FINALIZER) {
             return Ok(Outcome::AwaitChange);
+        }
+        // A move under way has made (or is making) the Machine it goes to: it goes first.
+        if let Some(to) = self.status.moving.as_ref().map(|m| m.to.machine.clone()).filter(|t| !t.name.is_empty() && self.status.infrastructure_ref.as_ref() != Some(t)) {
+            if let Some(m) = self.get_machine(&to).await? {
+                if m.metadata.deletion_timestamp.is_none() {
+                    let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&to));
+                    api.delete(&to.name, &DeleteParams::default()).await?;
+                }
+                self.set(READY, false, Reason::Deleting, format!("waiting for {} {} (where the VM was moving) to be deleted", to.kind, to.name));
+                self.write_status().await?;
+                return Ok(Outcome::Requeue(MACHINE_GONE_RECHECK));
+            }
+        }
+        // Likewise the Machine a finished move is removing.
+        if let Some(from) = self.status.moving.as_ref().filter(|m| m.phase == banlieue_api::vm::MovePhase::RemovingSource).map(|m| m.from.machine.clone()) {
+            if self.get_machine(&from).await?.is_some() {
+                self.set(READY, false, Reason::Deleting, format!("waiting for {} {} (the VM moved from there) to be deleted", from.kind, from.name));
+                self.write_status().await?;
+                return Ok(Outcome::Requeue(MACHINE_GONE_RECHECK));
+            }
         }
         if let Some(r) = self.status.infrastructure_ref.clone() {
             match self.get_machine(&r).await? {
