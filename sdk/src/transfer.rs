@@ -49,3 +49,8 @@ pub fn carried_to_libvirt_volume(disk: &str, pool: &str, name: &str) -> Result<u
 pub fn carried_to_http(disk: &str, method: &str, url: &str, headers: &[(String, String)]) -> Result<u16> {
     host::carried_to_http(disk, method, url, headers).map_err(|e| e.context(format_args!("uploading disk {disk} to {url}")))
 }
+
+/// During `disk-import`: a one-time URL the backend can download carried disk `disk` from.
+pub fn carried_url(disk: &str) -> Result<String> {
+    host::carried_url(disk).map_err(|e| e.context(format_args!("a download URL for disk {disk}")))
+}

@@ -133,9 +133,23 @@ pub struct ExportedDisk {
 }
 
 /// The disks a `disk-import` call carries, by the name the source gave them, boot disk first.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct CarriedGrant {
     pub disks: Vec<(String, TransferGrant)>,
+    /// Where the host serves a disk for a backend to download it, if it does.
+    pub urls: Option<Arc<dyn HandOut>>,
+}
+
+impl std::fmt::Debug for CarriedGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CarriedGrant").field("disks", &self.disks).field("urls", &self.urls.is_some()).finish()
+    }
+}
+
+/// Serves one file for one download by a backend, at a URL that names nothing else.
+pub trait HandOut: Send + Sync {
+    /// A URL for one complete download of `file` (`size` bytes), whose name ends `.{extension}`.
+    fn hand_out(&self, file: Arc<std::fs::File>, size: u64, extension: &str) -> Result<String, String>;
 }
 
 /// A disk's name as a file name: what the drivers call disks (`root`, `data-1`, `scsi0`).
@@ -283,6 +297,14 @@ impl wit::Host for HostState {
     async fn carried_to_http(&mut self, disk: String, method: String, url: String, headers: Vec<(String, String)>) -> Result<u16, WitError> {
         let g = self.carried_disk(&disk)?;
         send_to_http(self.grants.http.clone(), g, method, url, headers).await
+    }
+
+    async fn carried_url(&mut self, disk: String) -> Result<String, WitError> {
+        let g = self.carried_disk(&disk)?;
+        let urls = self.grants.carried.as_ref().and_then(|c| c.urls.clone()).ok_or_else(|| {
+            WitError::Unavailable("this banlieue process serves no disk downloads (its --carry-url is not set)".into())
+        })?;
+        urls.hand_out(g.file.clone(), g.size, &g.format).map_err(WitError::Unavailable)
     }
 }
 
