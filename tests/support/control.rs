@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use banlieue_controller::{Context, ImageCacheOptions, Options, Role, Roles};
+use banlieue_controller::{CarryDownloads, Context, ImageCacheOptions, Options, Role, Roles};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::wait::{await_condition, Condition};
@@ -129,6 +129,8 @@ fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
         cache_dir: Some(env.dir().join("component-cache")),
         // Test servers for images listen on 127.0.0.1 over plain http.
         image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 1 << 30, schemes: vec!["http".into(), "https".into()] }),
+        // Carried disks for fakepve's download-url, on a port of its own.
+        carry_downloads: Some(CarryDownloads { listen: "127.0.0.1:0".parse()?, url: None, ttl: std::time::Duration::from_secs(60) }),
         leader_election: false,
         namespace: TestEnv::external().then(|| env.ns.clone()),
         installation: env.installation(),

@@ -53,6 +53,16 @@ pub struct RoleArgs {
     /// The most the image cache holds, in GiB (older images are evicted to make room).
     #[arg(long, default_value_t = 50)]
     pub image_cache_gib: u64,
+    /// Serve carried disks to backends that download them (Proxmox VE's `download-url`) on
+    /// this address, e.g. `0.0.0.0:8092` (unset: VMs cannot move to such backends with their disks).
+    #[arg(long, env = "BANLIEUE_CARRY_LISTEN")]
+    pub carry_listen: Option<std::net::SocketAddr>,
+    /// How those backends reach it, e.g. `http://banlieue.example:8092` (default: the address listened on).
+    #[arg(long, env = "BANLIEUE_CARRY_URL")]
+    pub carry_url: Option<String>,
+    /// How long a carried disk's download URL works, unused.
+    #[arg(long, default_value_t = 900)]
+    pub carry_url_ttl_seconds: u64,
     /// URL schemes a VMImage source may be downloaded over (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "https")]
     pub image_url_schemes: Vec<String>,
@@ -129,6 +139,11 @@ impl RoleArgs {
                 .image_build_registry
                 .clone()
                 .map(|registry| ImageBuildOptions { registry, exporter_image: self.image_build_exporter_image.clone() }),
+            carry_downloads: self.carry_listen.map(|listen| banlieue_controller::CarryDownloads {
+                listen,
+                url: self.carry_url.clone(),
+                ttl: std::time::Duration::from_secs(self.carry_url_ttl_seconds.max(1)),
+            }),
             namespace: self.namespace.clone(),
             installation: banlieue_controller::Installation::new(self.instance.as_deref()).map_err(|e| anyhow::anyhow!("--instance: {e}"))?,
             ..Options::default()

@@ -51,6 +51,9 @@ pub struct Options {
     pub image_cache: Option<ImageCacheOptions>,
     /// Where the `imagebuilder` role has VMImage builds pushed (none: builds are refused).
     pub image_build: Option<ImageBuildOptions>,
+    /// Where carried disks are served to backends that download them (none: such backends
+    /// cannot be moved to with their disks).
+    pub carry_downloads: Option<CarryDownloads>,
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
     /// Split the `controller` and `provider` roles' work across replicas by shard leases
@@ -76,6 +79,7 @@ impl Default for Options {
             namespace: None,
             image_cache: None,
             image_build: None,
+            carry_downloads: None,
             sharding: None,
             installation: installation::Installation::default(),
         }
@@ -89,6 +93,18 @@ pub struct ImageCacheOptions {
     pub limit_bytes: u64,
     /// URL schemes a VMImage source may use (`https`; `http` only where the network is trusted).
     pub schemes: Vec<String>,
+}
+
+/// The server of one-time URLs a backend downloads a carried disk from
+/// ([`banlieue_imagebuilder::handout`]).
+#[derive(Clone, Debug)]
+pub struct CarryDownloads {
+    /// The address to listen on.
+    pub listen: std::net::SocketAddr,
+    /// How backends reach it (`http://host:port`); by default the address listened on.
+    pub url: Option<String>,
+    /// How long a URL works, unused.
+    pub ttl: std::time::Duration,
 }
 
 /// Where VMImage builds (kairos-operator `OSArtifact`s) are exported to.
@@ -136,6 +152,8 @@ pub struct Context {
     pub sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
     /// The image cache (role `imagebuilder`), when configured.
     pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
+    /// One-time download URLs of carried disks, when configured (served by [`crate::run`]).
+    pub handouts: Option<Arc<banlieue_imagebuilder::Handouts>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
     /// The provider role's Machine caches, one per infrastructure kind once it has listed
@@ -167,8 +185,15 @@ impl Context {
             None => None,
         };
         let shards = options.sharding.map(|s| shards::Shards::new(s.count));
+        let handouts = match (&options.carry_downloads, &images) {
+            (Some(c), Some(_)) => Some(
+                banlieue_imagebuilder::Handouts::bind(c.listen, c.url.clone(), c.ttl).map_err(|e| anyhow::anyhow!("listening on {} for carried-disk downloads: {e}", c.listen))?,
+            ),
+            _ => None,
+        };
         Ok(Arc::new(Context {
             images,
+            handouts,
             client,
             components,
             libvirt: banlieue_libvirt::Connections::new(),

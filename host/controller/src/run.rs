@@ -57,6 +57,13 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             }
         });
     }
+    if let Some(handouts) = ctx.handouts.clone() {
+        tokio::spawn(async move {
+            if let Err(e) = handouts.serve().await {
+                tracing::error!(error = %e, "carried-disk downloads");
+            }
+        });
+    }
     let mut tasks = tokio::task::JoinSet::new();
     let sharded = |role: Role| ctx.shards.is_some() && matches!(role, Role::Controller | Role::Provider);
     if let (Some(shards), Some(sharding)) = (&ctx.shards, ctx.options.sharding) {

@@ -23,7 +23,7 @@ use banlieue_api::provider::ImageFormat;
 use banlieue_api::vm::{MovePhase, MovedDisk};
 use banlieue_api::Provider;
 use banlieue_imagebuilder::{DiskFormat, ImageCache};
-use banlieue_runtime::capability::transfer::{CarriedGrant, ExportGrant, TransferGrant};
+use banlieue_runtime::capability::transfer::{CarriedGrant, ExportGrant, HandOut, TransferGrant};
 use banlieue_runtime::provider::{self as wit, MachineRef, MachineStatus};
 use banlieue_runtime::Feature;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
@@ -114,6 +114,7 @@ impl Steps<'_> {
         }
         let sizes: Vec<MovedDisk> = carried.disks.iter().map(|(name, g)| MovedDisk { name: name.clone(), bytes_done: 0, bytes_total: Some(g.size) }).collect();
         self.report(st, MovePhase::Importing, held.clone()).await;
+        carried.urls = self.ctx.handouts.clone().map(|h| Arc::new(Downloads(h)) as Arc<dyn HandOut>);
         let mut grants = target.grants.clone();
         grants.carried = Some(carried);
         let made = call(self.ctx, target, "disk-import", target.driver.component.disk_import(&target.config, machine, limits(target), grants))
@@ -191,6 +192,15 @@ async fn report_progress(api: Api<DynamicObject>, name: String, grant: ExportGra
         }
         let carry = CarryStatus { phase: MovePhase::Exporting, disks, message: None, reason: None };
         let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": { "carry": carry } }))).await;
+    }
+}
+
+/// The host's one-time download URLs, as the transfer capability hands them out.
+struct Downloads(Arc<banlieue_imagebuilder::Handouts>);
+
+impl HandOut for Downloads {
+    fn hand_out(&self, file: Arc<std::fs::File>, size: u64, extension: &str) -> Result<String, String> {
+        Ok(self.0.hand_out(file, size, extension))
     }
 }
 
