@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::common::{MachinePhase, PowerState};
 use banlieue_api::{Provider, VirtualMachine};
-use banlieue_test_backends::fakepve::{self, FakePve};
+use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::{peak_concurrent, EventLog, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
-use banlieue_tests::backends::{libvirt_provider_class, libvirtd_fixtures, libvirtd_provider, machines, names, proxmox_fixtures, provider_class, pve_vm, secret, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, KVM, PVE, VCENTER};
+use banlieue_tests::backends::{census, libvirtd_fixtures, libvirtd_provider, machines, names, proxmox_fixtures, pve_vm, secret, three_backends, vm, vm_class, vm_image, vsphere_fixtures, Names, PveEndpoint, KVM, PVE, VCENTER};
 use banlieue_tests::control::{wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use anyhow::Context as _;
@@ -477,15 +477,6 @@ async fn a_missing_template_or_datastore_creates_nothing_on_vsphere() -> anyhow:
 // ---------------------------------------------------------------------------------------------
 // One VM across all three backends
 
-/// Where a VM named `name` exists, asked of each backend's own API (vim25, the PVE API, virsh):
-/// (vcsim, fakepve, libvirtd) counts.
-async fn census(env: &TestEnv, vc: &Vcsim, pve: &FakePve, lv: &Libvirtd, name: &str) -> anyhow::Result<(usize, usize, usize)> {
-    let on_vsphere = vc.vm_names().await?.iter().filter(|n| **n == format!("{}_{name}", env.ns)).count();
-    let on_proxmox = pve.vms().await?.iter().filter(|v| v.name == format!("{name}.{}", env.ns)).count();
-    let domain = format!("{}_{name}", env.ns);
-    let on_libvirt = lv.domains(&domain)?.iter().filter(|d| **d == domain).count();
-    Ok((on_vsphere, on_proxmox, on_libvirt))
-}
 
 /// Wait until the VM is Ready on `provider` (a new Machine, not the old one going away).
 async fn ready_on(vms: &Api<VirtualMachine>, name: &str, provider: &'static str) -> anyhow::Result<VirtualMachine> {
@@ -497,41 +488,6 @@ async fn ready_on(vms: &Api<VirtualMachine>, name: &str, provider: &'static str)
 
 fn machine_uid(vm: &VirtualMachine) -> String {
     vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default()
-}
-
-/// ProviderClasses, a VMClass, one VMImage with a source per class, and a Provider on each of
-/// vcsim (`VCENTER`), fakepve (`PVE`) and libvirtd (`KVM`): what lets one VM land anywhere.
-/// The names of the vSphere class, the VMClass and the image.
-async fn three_backends(env: &TestEnv, vc: &Vcsim, pve: &FakePve, lv: &Libvirtd) -> anyhow::Result<Names> {
-    let ns = &env.ns;
-    let (vsphere, proxmox, libvirt_class) = (format!("{ns}-vsphere"), format!("{ns}-proxmox"), format!("{ns}-libvirt"));
-    let (class, image) = (format!("{ns}-any-small"), format!("{ns}-any-os"));
-    for object in [
-        provider_class(&vsphere, "provider-vsphere", "VSphere"),
-        provider_class(&proxmox, "provider-proxmox", "Proxmox"),
-        libvirt_provider_class(&libvirt_class),
-        vm_class(&class, 1, 256, 4, "standard", 30),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": image},
-               "spec": {"sources": [{"providerClass": vsphere, "template": vcsim::TEMPLATE},
-                                    {"providerClass": proxmox, "template": fakepve::TEMPLATE_VMID.to_string()},
-                                    {"providerClass": libvirt_class, "backingFile": lv.guest_disk()}]}}),
-        secret(env, "vcenter-credentials", &[("username", vcsim::USERNAME), ("password", vcsim::PASSWORD)]),
-        secret(env, "pve-credentials", &[("username", &pve.username), ("password", &pve.password)]),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": VCENTER, "namespace": ns},
-               "spec": {"providerClassRef": {"name": vsphere},
-                        "connection": {"endpoint": vc.url, "credentialsRef": {"kind": "Secret", "name": "vcenter-credentials", "keys": ["username", "password"]}},
-                        "capabilities": {"storageClasses": {"standard": "LocalDS_0"}, "networkClasses": {"default": "VM Network"}}}}),
-        // shared-dir is on every node, so the clone may land on either.
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": PVE, "namespace": ns},
-               "spec": {"providerClassRef": {"name": proxmox},
-                        "connection": {"endpoint": pve.url, "caBundle": pve.ca_pem,
-                                       "credentialsRef": {"kind": "Secret", "name": "pve-credentials", "keys": ["username", "password"]}},
-                        "capabilities": {"storageClasses": {"standard": "shared-dir"}, "networkClasses": {"default": "vmbr0"}}}}),
-        libvirtd_provider(env, lv, KVM, &libvirt_class),
-    ] {
-        env.apply(object).await?;
-    }
-    Ok(Names { provider_class: vsphere, vm_class: class, image })
 }
 
 /// An address from an IP pool (the test playing the IPAM provider) is the VM's, not its

@@ -493,6 +493,13 @@ async fn status(t: &Target, name: &str) -> Result<()> {
     if vm.spec.paused {
         println!("Paused:     yes");
     }
+    if let Some(m) = &s.moving {
+        println!("{}", move_line(m));
+        for d in &m.disks {
+            let total = d.bytes_total.map(|t| format!(" of {}", mib(t))).unwrap_or_default();
+            println!("            disk {}: {}{total}", d.name, mib(d.bytes_done));
+        }
+    }
     println!();
     let rows = s.conditions.iter().map(|c| vec![c.type_.clone(), t.paint.status(&c.status), c.reason.clone(), c.message.clone()]);
     print!("{}", output::table(&["CONDITION", "STATUS", "REASON", "MESSAGE"], rows));
@@ -511,6 +518,17 @@ async fn status(t: &Target, name: &str) -> Result<()> {
         print!("{}", output::table(&["AGE", "TYPE", "REASON", "MESSAGE"], rows));
     }
     Ok(())
+}
+
+/// A carrying move (under way, or the last one that failed): from, to, phase.
+fn move_line(m: &banlieue_api::vm::MoveStatus) -> String {
+    let end = |e: &banlieue_api::vm::MoveEnd| format!("{}/{}", e.scheduled.provider, e.scheduled.failure_domain);
+    let why = m.message.as_deref().map(|w| format!(": {w}")).unwrap_or_default();
+    format!("Move:       {} -> {} ({:?}{why})", end(&m.from), end(&m.to), m.phase)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 async fn pools(t: &Target) -> Result<()> {
@@ -609,6 +627,14 @@ async fn members_settle(t: &Target, pool: &str, replicas: i32) -> std::result::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_is_shown_from_to_and_its_phase() {
+        let end = |p: &str| banlieue_api::vm::MoveEnd { scheduled: banlieue_api::vm::Scheduled { provider: p.into(), failure_domain: "d".into(), ..Default::default() }, ..Default::default() };
+        let m = banlieue_api::vm::MoveStatus { from: end("kvm"), to: end("vcenter"), phase: banlieue_api::vm::MovePhase::Exporting, ..Default::default() };
+        assert_eq!(move_line(&m), "Move:       kvm/d -> vcenter/d (Exporting)");
+        assert_eq!(mib(3 << 19), "1.5 MiB");
+    }
 
     #[test]
     fn unknown_names_suggest_the_closest() {
