@@ -325,12 +325,22 @@ pub enum NetworkBacking {
     Distributed { switch_uuid: String, portgroup_key: String },
 }
 
-/// The hardware and guestinfo of a clone.
+/// The hardware and guestinfo of a clone (or of a new VM: name, guest OS, files, controller).
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSpec {
+    /// A new VM's name.
+    pub name: Option<String>,
     pub instance_uuid: Option<String>,
+    /// A new VM's guest OS identifier (`otherGuest64`).
+    pub guest_id: Option<String>,
+    pub annotation: Option<String>,
+    /// `files.vmPathName` of a new VM: `[datastore]` puts its files in a folder of its name there.
+    pub vm_path: Option<String>,
     pub cpus: Option<u32>,
     pub memory_mib: Option<u64>,
+    /// A new LSI Logic SCSI controller on bus 0 with this (negative, temporary) key, added
+    /// before the disks that name it as their controller.
+    pub scsi_controller: Option<i32>,
     /// Ethernet cards of the template to remove: (xsi type, key).
     pub remove_nics: Vec<(String, i32)>,
     pub add_nics: Vec<NetworkBacking>,
@@ -411,14 +421,32 @@ impl ConfigSpec {
     /// The `VirtualMachineConfigSpec` contents, in schema order.
     pub fn xml(&self) -> String {
         let mut s = String::new();
+        if let Some(n) = &self.name {
+            s += &el("name", n);
+        }
         if let Some(u) = &self.instance_uuid {
             s += &el("instanceUuid", u);
+        }
+        if let Some(g) = &self.guest_id {
+            s += &el("guestId", g);
+        }
+        if let Some(a) = &self.annotation {
+            s += &el("annotation", a);
+        }
+        if let Some(p) = &self.vm_path {
+            s += &format!("<files>{}</files>", el("vmPathName", p));
         }
         if let Some(c) = self.cpus {
             s += &format!("<numCPUs>{c}</numCPUs>");
         }
         if let Some(m) = self.memory_mib {
             s += &format!("<memoryMB>{m}</memoryMB>");
+        }
+        if let Some(key) = self.scsi_controller {
+            s += &format!(
+                "<deviceChange><operation>add</operation><device xsi:type=\"VirtualLsiLogicController\"><key>{key}</key>\
+<busNumber>0</busNumber><sharedBus>noSharing</sharedBus></device></deviceChange>"
+            );
         }
         for (kind, key) in &self.remove_nics {
             s += &format!(
@@ -500,6 +528,18 @@ pub struct SnapshotSource {
 /// `ReconfigVM_Task`.
 pub fn reconfigure(vm: &MoRef, config: &ConfigSpec) -> String {
     method("ReconfigVM_Task", vm, &format!("<spec>{}</spec>", config.xml()))
+}
+
+/// `ImportVApp` of the new VM `config` describes (name, files, devices with their disks to
+/// create) into `pool` and `folder`; the disks' content then comes through the returned
+/// `HttpNfcLease`, one upload URL per disk.
+pub fn import_vm(pool: &MoRef, folder: &MoRef, config: &ConfigSpec) -> String {
+    method("ImportVApp", pool, &format!("<spec xsi:type=\"VirtualMachineImportSpec\"><configSpec>{}</configSpec></spec>{}", config.xml(), folder.xml("folder")))
+}
+
+/// `HttpNfcLeaseProgress`: tells vCenter the upload goes on, which keeps the lease from expiring.
+pub fn lease_progress(lease: &MoRef, percent: u8) -> String {
+    method("HttpNfcLeaseProgress", lease, &format!("<percent>{}</percent>", percent.min(100)))
 }
 
 /// `ImportVApp` of a VM `name` with one thin disk of `capacity_kib` on `datastore` (a name)
@@ -612,6 +652,7 @@ mod tests {
             extra_config: vec![("guestinfo.userdata".into(), "I2Nsb3Vk".into())],
             firmware: Some("efi".into()),
             disks: vec![],
+            ..Default::default()
         };
         let body = clone_vm(
             &MoRef::new("VirtualMachine", "vm-9"),
