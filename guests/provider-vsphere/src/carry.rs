@@ -15,34 +15,42 @@
 //!   cannot be read as one file and is refused (`invalid-spec`): delete the VM's snapshots
 //!   first. vcsim writes empty descriptors (and empty extents): the extent is then the
 //!   conventional `-flat.vmdk`.
-//! - `disk-import`: the carried disks (stream-optimised VMDK, the ProviderClass's
-//!   `imageFormat: vmdk`) become the machine's first disks by position, through one
-//!   `ImportVApp` as in [`crate::import`]: a VM named as `create` names it, in the machine's
-//!   cluster, folder and pool, with its CPUs, memory, firmware, NICs (MACs as `create` sets
-//!   them) and guestinfo (metadata and user-data, as `create` sets them — `create` does not
-//!   set NICs or guestinfo on a VM it finds), an LSI Logic controller and one thin disk per
-//!   carried disk on the declared disk's datastore, of the carried virtual size or the
-//!   declared size if larger. The host streams each disk to its lease upload URL
-//!   (`transfer.carried-to-http`), the lease is completed, and only then does the VM get the
-//!   machine's UID as its instance UUID: the VM `create` (and every other call) finds by it
-//!   is always a finished one. `create` then adopts it like any VM it finds: further declared
-//!   disks added, power as asked. Until then the VM's annotation marks it unfinished: a
-//!   failed upload aborts the lease and destroys the VM, and a later call destroys one an
-//!   interrupted call left, so nothing partial stays. A VM that already has the UID is
-//!   returned untouched.
+//! - `disk-import`: the carried disks become the machine's first disks by position, taken
+//!   the way vSphere takes a monolithic flat disk: through the datastore, not an import
+//!   lease. They come raw (the host converts them to raw for vSphere: the ProviderClass's
+//!   `imageFormat: vmdk`); another format is refused. Each is written to the declared
+//!   disk's datastore, in the directory vSphere would make for the VM (its name, as `create`
+//!   names it): the host PUTs the bytes to `/folder/{vm}/{vm}-disk{i}-flat.vmdk?dcPath=
+//!   {datacenter}&dsName={datastore}` (`transfer.carried-to-http`, the session cookie), and
+//!   the driver PUTs the VMFS descriptor `{vm}/{vm}-disk{i}.vmdk` beside it, whose one extent
+//!   names that file and counts its sectors (the one `disk-export` reads back). Then
+//!   `CreateVM_Task` makes the VM in the machine's cluster (its root pool, a connected host
+//!   that mounts every disk's datastore) and datacenter VM folder, its files
+//!   `[ds] {vm}/{vm}.vmx` in that directory, with its CPUs, memory, firmware, NICs (MACs as
+//!   `create` sets them) and guestinfo (metadata and user-data, as `create` sets them —
+//!   `create` does not set NICs or guestinfo on a VM it finds), an LSI Logic controller and
+//!   each uploaded disk attached as it is (no file operation: vSphere neither creates nor
+//!   touches the file), at its carried size. The disks are the VM's files, in its
+//!   directory: `Destroy_Task` removes them with it (vcsim removes the VM's directory on its
+//!   first datastore, disks of other datastores stay). Only then does the VM get the machine's
+//!   UID as its instance UUID: the VM `create` (and every other call) finds by it is always a
+//!   finished one. `create` then adopts it like any VM it finds: disks grown to their
+//!   declared sizes, further declared disks added, power as asked. Until then the VM's
+//!   annotation marks it unfinished: a failure destroys the VM and deletes the uploaded
+//!   files, and a later call destroys a VM an interrupted call left and writes the files
+//!   anew, so nothing partial stays. A VM that already has the UID is returned untouched.
+//!   Known limit: files a call cut off before it made the VM stay on the datastore until a
+//!   retry overwrites them (a machine deleted instead leaves them: nothing names it).
 
 use banlieue_sdk::provider::{Firmware, Machine, MachineRef, MachineStatus, ProviderConfig, Result};
 use banlieue_sdk::session::SessionError;
 use banlieue_sdk::transfer::{self, CarriedDisk};
 use banlieue_sdk::{Error, info, warn};
 
-use crate::import::{destroy, lease_info, upload_url};
+use crate::import::destroy;
 use crate::soap::{self, ConfigSpec, DiskChange, MoRef, NetworkBacking, Node, PropSpec};
-use crate::vim::{COOKIE, VResult, Vim};
-use crate::{INVENTORY, Inv, controller_units, describe_vm, extra_config, lookup, nic_mac, virtual_disks, vm_name, with_vim};
-
-/// The media type vCenter takes a stream-optimised VMDK upload as.
-pub const STREAM_VMDK: &str = "application/x-vnd.vmware-streamVmdk";
+use crate::vim::{COOKIE, VResult, Vim, is_fault};
+use crate::{Cluster, INVENTORY, Inv, controller_units, describe_vm, extra_config, lookup, nic_mac, virtual_disks, vm_name, with_vim};
 
 /// The temporary key of the SCSI controller an imported VM gets (new devices take negative keys).
 const CONTROLLER_KEY: i32 = -10;
@@ -253,22 +261,62 @@ pub fn export(config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
 
 // ------------------------------------------------------------------ import
 
-/// One disk of the imported VM: a carried disk, where it goes and how large it is made.
+/// The descriptor of carried disk `index` of VM `vm`, in the VM's directory: `{vm}/{vm}-disk{index}.vmdk`.
+/// vSphere names a VM's own disks `{vm}.vmdk`, `{vm}_1.vmdk`, …: these names never overwrite
+/// a disk another VM of that name left in the directory, nor one `create` adds later.
+pub fn disk_path(vm: &str, index: usize) -> String {
+    format!("{vm}/{vm}-disk{index}.vmdk")
+}
+
+/// The path of the VM's configuration file: in the directory vSphere would make for a VM of
+/// that name. Named in full because the directory already holds the uploaded disks: given
+/// only `[ds]`, vSphere (and vcsim) would make the VM a new directory beside it.
+pub fn vmx_path(vm: &str) -> String {
+    format!("{vm}/{vm}.vmx")
+}
+
+/// One carried disk of the new VM: where its data and descriptor are written and where it is attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Landing {
     pub carried: String,
     /// The declared disk's datastore.
     pub datastore: String,
+    /// The descriptor's path on the datastore ([`disk_path`]).
+    pub descriptor: String,
+    /// The unit of the VM's controller it is attached at.
     pub unit: i32,
-    pub capacity_kib: u64,
+    /// The carried disk's bytes: the flat extent's size and the disk's virtual size.
+    pub bytes: u64,
 }
 
-/// Where each carried disk lands, by position: on the datastore of the declared disk in
-/// its place, at the next free unit of the VM's controller, as large as the carried disk's
-/// virtual size or the declared size if larger. Refused: no disks, fewer declared than
-/// carried, a declared disk smaller than what it carries (a disk is never shrunk; 0 GiB
-/// takes the carried size), another format than stream-optimised VMDK, more disks than the
-/// controller has units.
+impl Landing {
+    /// The flat extent's file name, which the descriptor names (the conventional `-flat.vmdk` beside it).
+    pub fn extent(&self) -> String {
+        let file = self.descriptor.rsplit('/').next().unwrap_or(&self.descriptor);
+        format!("{}-flat.vmdk", file.strip_suffix(".vmdk").unwrap_or(file))
+    }
+
+    /// The flat extent's path on the datastore.
+    pub fn flat(&self) -> String {
+        match self.descriptor.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{}", self.extent()),
+            None => self.extent(),
+        }
+    }
+
+    /// The size the VM is told, in KiB: the bytes, rounded up (never below them).
+    pub fn capacity_kib(&self) -> u64 {
+        self.bytes.div_ceil(1024)
+    }
+}
+
+/// Where each carried disk lands, by position: its data and descriptor on the datastore of
+/// the declared disk in its place, in the VM's directory, attached at the next free unit of
+/// the VM's controller. The VM gets each disk at its carried size; `create` grows it to the
+/// declared size when that is larger. Refused: no disks, fewer declared than carried, a
+/// declared disk smaller than what it carries (a disk is never shrunk; 0 GiB takes the
+/// carried size), another format than raw, a size that is not whole 512-byte sectors (a
+/// flat extent's size is counted in them), more disks than the controller has units.
 pub fn plan(machine: &Machine, carried: &[CarriedDisk]) -> Result<Vec<Landing>> {
     let who = format!("machine {}/{}", machine.namespace, machine.name);
     if carried.is_empty() {
@@ -281,16 +329,28 @@ pub fn plan(machine: &Machine, carried: &[CarriedDisk]) -> Result<Vec<Landing>> 
     if carried.len() > units.len() {
         return Err(Error::InvalidSpec(format!("{} disks were carried for {who}; the vSphere driver puts at most {} on one controller", carried.len(), units.len())));
     }
+    let vm = vm_name(&machine.namespace, &machine.name);
     let mut out = Vec::new();
-    for ((disk, from), unit) in machine.disks.iter().zip(carried).zip(units) {
-        if from.format != "vmdk" {
+    for (index, ((disk, from), unit)) in machine.disks.iter().zip(carried).zip(units).enumerate() {
+        if from.format != "raw" {
             return Err(Error::InvalidSpec(format!(
-                "carried disk {} is {}; the vSphere driver takes stream-optimised VMDK (set the ProviderClass's imageFormat to vmdk)",
+                "carried disk {} is {}; the vSphere driver takes raw disks, which it writes to the datastore as flat extents (set the ProviderClass's imageFormat to vmdk: the host then carries disks to vSphere as raw)",
                 from.name, from.format
             )));
         }
-        if disk.size_gib != 0 && disk.size_gib << 30 < from.virtual_size {
-            let need = from.virtual_size.div_ceil(1 << 30);
+        // The bytes sent are the extent: a raw disk that says otherwise would leave the VM a
+        // disk of another size than its descriptor's.
+        if from.size != from.virtual_size {
+            return Err(Error::InvalidSpec(format!(
+                "carried raw disk {} sends {} bytes for a virtual size of {}: a raw disk's bytes are the disk",
+                from.name, from.size, from.virtual_size
+            )));
+        }
+        if from.size == 0 || from.size % 512 != 0 {
+            return Err(Error::InvalidSpec(format!("carried disk {} is {} bytes, not a whole number of 512-byte sectors as a vSphere disk is", from.name, from.size)));
+        }
+        if disk.size_gib != 0 && disk.size_gib << 30 < from.size {
+            let need = from.size.div_ceil(1 << 30);
             return Err(Error::InvalidSpec(format!(
                 "carried disk {} holds {need} GiB; disk {} declares {} GiB and a disk is never shrunk: declare at least {need} GiB",
                 from.name, disk.name, disk.size_gib
@@ -299,26 +359,41 @@ pub fn plan(machine: &Machine, carried: &[CarriedDisk]) -> Result<Vec<Landing>> 
         if disk.target.is_empty() {
             return Err(Error::InvalidSpec(format!("disk {} of {who} has no datastore (map its storage class to one)", disk.name)));
         }
-        out.push(Landing { carried: from.name.clone(), datastore: disk.target.clone(), unit, capacity_kib: from.virtual_size.div_ceil(1024).max(disk.size_gib << 20) });
+        out.push(Landing { carried: from.name.clone(), datastore: disk.target.clone(), descriptor: disk_path(&vm, index), unit, bytes: from.size });
     }
     Ok(out)
 }
 
-/// What the annotation of a VM still being imported for machine `uid` says.
+/// The VMFS descriptor of a monolithic flat disk of `bytes` whose data is the file `extent`
+/// beside it: one read-write extent of that many sectors, no parent (`parentCID=ffffffff`),
+/// the adapter type of the controller it is attached to. vSphere reads it to attach the data
+/// as it is; `disk-export` reads it back ([`data_file`]) to find the extent.
+pub fn descriptor(extent: &str, bytes: u64) -> String {
+    format!(
+        "# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n\
+# Extent description\nRW {} VMFS \"{extent}\"\n\n\
+# The Disk Data Base\n#DDB\n\nddb.adapterType = \"lsilogic\"\nddb.virtualHWVersion = \"13\"\n",
+        bytes / 512
+    )
+}
+
+/// What the annotation of a VM still being made for the machine says.
 pub fn unfinished(machine: &Machine) -> String {
     format!("banlieue disk-import of machine {}/{} ({}): not finished", machine.namespace, machine.name, machine.uid)
 }
 
-/// The new VM: named as `create` names it, with the machine's hardware and guestinfo as
-/// `create` gives a clone, one thin disk per landing on a new controller, marked unfinished
-/// and without the machine's UID yet.
-pub fn import_spec(machine: &Machine, plan: &[Landing], nics: Vec<NetworkBacking>) -> ConfigSpec {
+/// The new VM: named as `create` names it, its files in the directory that holds the
+/// uploaded disks (on the boot disk's datastore), with the machine's hardware and guestinfo
+/// as `create` gives a clone, a new controller with each uploaded disk attached as it is,
+/// marked unfinished and without the machine's UID yet.
+pub fn create_spec(machine: &Machine, plan: &[Landing], nics: Vec<NetworkBacking>) -> ConfigSpec {
+    let name = vm_name(&machine.namespace, &machine.name);
     let statics = banlieue_sdk::network::any_static(&machine.nics);
     ConfigSpec {
-        name: Some(vm_name(&machine.namespace, &machine.name)),
+        vm_path: plan.first().map(|l| format!("[{}] {}", l.datastore, vmx_path(&name))),
+        name: Some(name),
         guest_id: Some("otherGuest64".into()),
         annotation: Some(unfinished(machine)),
-        vm_path: plan.first().map(|l| format!("[{}]", l.datastore)),
         cpus: Some(machine.cpus),
         memory_mib: Some(machine.memory_mib),
         scsi_controller: Some(CONTROLLER_KEY),
@@ -331,51 +406,88 @@ pub fn import_spec(machine: &Machine, plan: &[Landing], nics: Vec<NetworkBacking
         }),
         disks: plan
             .iter()
-            .map(|l| DiskChange::Add { controller: CONTROLLER_KEY, unit: l.unit, capacity_kib: l.capacity_kib, datastore: l.datastore.clone() })
+            .map(|l| DiskChange::Attach { controller: CONTROLLER_KEY, unit: l.unit, capacity_kib: l.capacity_kib(), file: format!("[{}] {}", l.datastore, l.descriptor) })
             .collect(),
         ..Default::default()
     }
 }
 
-/// The upload URL of each disk of a ready lease's `info`, in disk order. vCenter keys a
-/// device URL `/vm-1/VirtualLsiLogicController0:{unit}`, vcsim `/vm-1/VirtualDisk:{n}`;
-/// either sorts by the number after the last `:` into the order the disks were declared in
-/// (one controller, units ascending).
-pub fn disk_urls(info: &Node, endpoint: &str) -> Vec<String> {
-    let mut disks: Vec<((String, u64), String)> = info
-        .all("deviceUrl")
-        .filter(|d| d.str_at("disk") == Some("true"))
-        .filter_map(|d| {
-            let key = d.str_at("key").unwrap_or_default();
-            let (prefix, n) = key.rsplit_once(':').unwrap_or((key, ""));
-            Some(((prefix.to_string(), n.parse().unwrap_or(u64::MAX)), upload_url(d.str_at("url")?, endpoint)))
-        })
-        .collect();
-    disks.sort();
-    disks.into_iter().map(|(_, url)| url).collect()
+/// The error for an HTTP status vCenter refused a datastore file request with. A missing
+/// datacenter or datastore (404) is the machine's spec, not a missing machine.
+fn refused(status: u16, what: String) -> SessionError {
+    match banlieue_sdk::http::status_error(status, what) {
+        Error::NotFound(m) => Error::InvalidSpec(m),
+        e => e,
+    }
+    .into()
 }
 
-/// Stream each carried disk through the lease and complete it; the imported VM.
-fn upload(vim: &Vim, config: &ProviderConfig, lease: &MoRef, plan: &[Landing]) -> VResult<MoRef> {
-    let info = lease_info(vim, lease)?;
-    let vm = info.child("entity").and_then(Node::as_ref).ok_or_else(|| Error::Internal(format!("import lease {lease} names no VM")))?;
-    let urls = disk_urls(&info, &config.endpoint);
-    if urls.len() != plan.len() {
-        return Err(Error::Internal(format!("import lease {lease} offers {} disk upload URLs for {} disks", urls.len(), plan.len())).into());
+/// Whether the datastore file at `url` exists (a GET of its first byte).
+fn exists(vim: &Vim, url: &str, what: &str) -> VResult<bool> {
+    let cookie = format!("{COOKIE}={}", vim.cookie);
+    let resp = vim.http.send("GET", url, &[("cookie", cookie.as_str()), ("range", "bytes=0-0")], None)?;
+    match resp.status {
+        // 416: an empty file (vcsim's are), which has no first byte.
+        200 | 206 | 416 => Ok(true),
+        404 => Ok(false),
+        s => Err(refused(s, format!("{what}: GET {url}: HTTP {s}"))),
     }
-    let headers = [("Content-Type".to_string(), STREAM_VMDK.to_string()), ("Cookie".to_string(), format!("{COOKIE}={}", vim.cookie))];
-    for (i, (landing, url)) in plan.iter().zip(&urls).enumerate() {
-        let status = transfer::carried_to_http(&landing.carried, "POST", url, &headers)?;
+}
+
+/// Write each carried disk to its datastore: the host streams the data to the flat extent,
+/// then the driver writes the descriptor naming it.
+fn upload(vim: &Vim, config: &ProviderConfig, datacenter: &str, plan: &[Landing]) -> VResult<()> {
+    let cookie = format!("{COOKIE}={}", vim.cookie);
+    let headers = [("Content-Type".to_string(), "application/octet-stream".to_string()), ("Cookie".to_string(), cookie.clone())];
+    for l in plan {
+        let url = datastore_url(&config.endpoint, datacenter, &l.datastore, &l.flat());
+        let status = transfer::carried_to_http(&l.carried, "PUT", &url, &headers)?;
         if !(200..300).contains(&status) {
-            return Err(Error::Unavailable(format!("vCenter refused the upload of disk {} to {url}: HTTP {status}", landing.carried)).into());
+            return Err(refused(status, format!("vCenter refused the upload of disk {} to {url}: HTTP {status}", l.carried)));
         }
-        info!("uploaded carried disk {} to {url}", landing.carried);
-        // Progress keeps the lease from expiring while the next disk streams; the completion
-        // below reports a lease that expired anyway.
-        let _ = vim.call(&format!("HttpNfcLeaseProgress {lease}"), &soap::lease_progress(lease, ((i + 1) * 100 / plan.len()) as u8));
+        let url = datastore_url(&config.endpoint, datacenter, &l.datastore, &l.descriptor);
+        let text = descriptor(&l.extent(), l.bytes);
+        let resp = vim.http.send("PUT", &url, &[("cookie", cookie.as_str()), ("content-type", "application/octet-stream")], Some(text.into_bytes()))?;
+        if !(200..300).contains(&resp.status) {
+            return Err(refused(resp.status, format!("vCenter refused the descriptor of disk {} at {url}: HTTP {}", l.carried, resp.status)));
+        }
+        info!("uploaded carried disk {} to [{}] {} ({} bytes)", l.carried, l.datastore, l.flat(), l.bytes);
     }
-    vim.call(&format!("HttpNfcLeaseComplete {lease}"), &soap::simple("HttpNfcLeaseComplete", lease))?;
-    Ok(vm)
+    Ok(())
+}
+
+/// The message of an error, for a warning.
+fn message(e: &SessionError) -> String {
+    match e {
+        SessionError::Failed(e) => e.message().to_string(),
+        SessionError::Rejected(m) => m.clone(),
+    }
+}
+
+/// Delete the files of each landing, as far as they were written: the disk through the
+/// virtual disk manager (what vSphere deletes a disk with: descriptor and extent), else
+/// each file on its own. Best effort: a file left is reported, and overwritten by a retry.
+fn delete_files(vim: &Vim, datacenter: &MoRef, plan: &[Landing]) {
+    for l in plan {
+        let disk = format!("[{}] {}", l.datastore, l.descriptor);
+        if let Some(vdm) = &vim.sc.virtual_disk_manager {
+            if vim.run_task(&format!("DeleteVirtualDisk_Task {disk}"), &soap::delete_virtual_disk(vdm, &disk, datacenter)).is_ok() {
+                continue;
+            }
+        }
+        // No descriptor or no extent (an upload cut off), or no virtual disk manager.
+        let Some(fm) = &vim.sc.file_manager else {
+            warn!("vCenter offers no file manager: the files of disk {disk} stay on the datastore");
+            continue;
+        };
+        for path in [l.flat(), l.descriptor.clone()] {
+            let file = format!("[{}] {path}", l.datastore);
+            match vim.run_task(&format!("DeleteDatastoreFile_Task {file}"), &soap::delete_datastore_file(fm, &file, datacenter)) {
+                Err(e) if !is_fault(&e, "FileNotFound") => warn!("{file}, uploaded by a disk-import that failed, stays on the datastore: {}", message(&e)),
+                _ => {}
+            }
+        }
+    }
 }
 
 /// VMs named `name`: (reference, annotation).
@@ -397,6 +509,20 @@ fn destroy_unfinished(vim: &Vim, machine: &Machine, name: &str) -> VResult<()> {
     Ok(())
 }
 
+/// A host of the cluster to make the VM on: connected, not in maintenance, mounting every
+/// datastore the disks are on. (A cluster without DRS needs one named; with DRS, naming one
+/// is allowed.)
+fn pick_host(vim: &Vim, cluster: &Cluster, datastores: &[MoRef]) -> VResult<MoRef> {
+    for host in cluster.obj.refs("host") {
+        let p = vim.props(&host, &["runtime.connectionState", "runtime.inMaintenanceMode", "datastore"])?;
+        let mounted = p.refs("datastore");
+        if p.str("runtime.connectionState") == Some("connected") && p.str("runtime.inMaintenanceMode") != Some("true") && datastores.iter().all(|d| mounted.contains(d)) {
+            return Ok(host);
+        }
+    }
+    Err(Error::Unavailable(format!("no connected host of cluster {} (out of maintenance) mounts every datastore of the machine's disks", cluster.name)).into())
+}
+
 /// Make `machine` from the carried disks, or return the VM that already has its UID.
 pub fn import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
     if machine.uid.is_empty() {
@@ -415,10 +541,15 @@ pub fn import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatu
         })?;
         let pool = cluster.obj.reference("resourcePool").ok_or_else(|| Error::Internal(format!("cluster {} has no resource pool", cluster.name)))?;
         let folder = cluster.datacenter.reference("vmFolder").ok_or_else(|| Error::Internal("the datacenter has no VM folder".into()))?;
-        // Every datastore and network is checked before anything is made.
+        let datacenter = cluster.datacenter.obj.clone().ok_or_else(|| Error::Internal(format!("cluster {} is in no datacenter", cluster.name)))?;
+        // Every datastore and network is checked before anything is written.
+        let mut datastores = Vec::new();
         for d in &machine.disks {
-            if inv.datastore_in(cluster, &d.target).is_none() {
+            let Some((ds, _)) = inv.datastore_in(cluster, &d.target) else {
                 return Err(Error::InvalidSpec(format!("disk {}: datastore {:?} is not available in cluster {}", d.name, d.target, cluster.name)).into());
+            };
+            if plan.iter().any(|l| l.datastore == d.target) && !datastores.contains(&ds) {
+                datastores.push(ds);
             }
         }
         let nics = machine
@@ -426,22 +557,39 @@ pub fn import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatu
             .iter()
             .map(|n| inv.network_in(cluster, &n.network).ok_or_else(|| Error::InvalidSpec(format!("network {:?} is not available in cluster {}", n.network, cluster.name))))
             .collect::<Result<Vec<_>>>()?;
+        let host = pick_host(vim, cluster, &datastores)?;
         let marker = unfinished(machine);
         for (vm, annotation) in named(vim, &name)? {
             if annotation != marker {
                 return Err(Error::InvalidSpec(format!("a vSphere VM named {name} exists and is not this machine (its instanceUuid is not {})", machine.uid)).into());
             }
+            // Its disks are the ones about to be written again.
             warn!("destroying vSphere VM {name}, left by a disk-import that did not finish");
             destroy(vim, &vm, &name)?;
         }
-        info!("importing {} carried disk(s) into vSphere VM {name} (cluster {})", plan.len(), cluster.name);
-        let body = soap::import_vm(&pool, &folder, &import_spec(machine, &plan, nics));
-        let lease = vim
-            .call(&format!("ImportVApp {name}"), &body)?
-            .child("returnval")
-            .and_then(Node::as_ref)
-            .ok_or_else(|| Error::Internal(format!("ImportVApp {name}: vCenter returned no lease")))?;
-        let made = upload(vim, config, &lease, &plan).and_then(|vm| {
+        let dc = datacenter_path(vim, Some(datacenter.clone()))?;
+        // A configuration file in the VM's directory is a VM vCenter does not list: its
+        // creation would fail once every disk is uploaded, so it is refused before.
+        let vmx = vmx_path(&name);
+        if exists(vim, &datastore_url(&config.endpoint, &dc, &plan[0].datastore, &vmx), &format!("checking [{}] {vmx}", plan[0].datastore))? {
+            return Err(Error::InvalidSpec(format!(
+                "datastore {} holds {vmx}, the files of a VM named {name} that vCenter does not list: register or remove it first",
+                plan[0].datastore
+            ))
+            .into());
+        }
+        info!("importing {} carried disk(s) into vSphere VM {name} (cluster {}, host {})", plan.len(), cluster.name, host.value);
+        let made = upload(vim, config, &dc, &plan).and_then(|()| {
+            let spec = create_spec(machine, &plan, nics.clone());
+            let made = vim.run_task(&format!("CreateVM_Task {name}"), &soap::create_vm(&folder, &spec, &pool, Some(&host)))?.and_then(|r| r.as_ref());
+            let vm = match made {
+                Some(vm) => vm,
+                None => named(vim, &name)?
+                    .into_iter()
+                    .find(|(_, a)| *a == marker)
+                    .map(|(vm, _)| vm)
+                    .ok_or_else(|| Error::Internal(format!("CreateVM_Task {name}: vCenter returned no VM")))?,
+            };
             // The commit: from here `create` and every other call find the VM by the UID.
             let commit = ConfigSpec {
                 instance_uuid: Some(machine.uid.clone()),
@@ -454,14 +602,13 @@ pub fn import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatu
         let vm = match made {
             Ok(vm) => vm,
             Err(e) => {
-                // Nothing partial stays: the lease is aborted and its VM destroyed.
-                let _ = vim.call(&format!("HttpNfcLeaseAbort {lease}"), &soap::simple("HttpNfcLeaseAbort", &lease));
+                // Nothing partial stays: the VM is destroyed, and the files with it; those it
+                // does not hold (not made, or vcsim, which deletes only the VM's directory on
+                // its first datastore) are deleted here.
                 if let Err(d) = destroy_unfinished(vim, machine, &name) {
-                    warn!("vSphere VM {name} of a failed disk-import is left for the next call to destroy: {}", match &d {
-                        SessionError::Failed(e) => e.message().to_string(),
-                        SessionError::Rejected(m) => m.clone(),
-                    });
+                    warn!("vSphere VM {name} of a failed disk-import is left for the next call to destroy: {}", message(&d));
                 }
+                delete_files(vim, &datacenter, &plan);
                 return Err(e);
             }
         };
@@ -578,59 +725,103 @@ mod tests {
     }
 
     fn carried(name: &str, format: &str, bytes: u64) -> CarriedDisk {
-        CarriedDisk { name: name.into(), format: format.into(), size: 1 << 20, virtual_size: bytes }
+        CarriedDisk { name: name.into(), format: format.into(), size: bytes, virtual_size: bytes }
+    }
+
+    fn landing(carried: &str, datastore: &str, index: usize, unit: i32, bytes: u64) -> Landing {
+        Landing { carried: carried.into(), datastore: datastore.into(), descriptor: format!("ns_web/ns_web-disk{index}.vmdk"), unit, bytes }
     }
 
     #[test]
-    fn carried_disks_land_in_order_sized_to_the_larger_of_carried_and_declared() {
+    fn carried_disks_land_in_order_in_the_vms_directory_on_their_datastores() {
         let m = machine(&[10, 2, 5]);
-        let got = plan(&m, &[carried("disk0", "vmdk", 10 << 30), carried("disk1", "vmdk", (1 << 30) + 512)]).unwrap();
-        assert_eq!(got, vec![
-            Landing { carried: "disk0".into(), datastore: "LocalDS_0".into(), unit: 0, capacity_kib: 10 << 20 },
-            Landing { carried: "disk1".into(), datastore: "LocalDS_1".into(), unit: 1, capacity_kib: 2 << 20 },
-        ]);
-        // 0 GiB declared keeps the carried size, to the KiB.
-        let got = plan(&machine(&[0]), &[carried("root", "vmdk", (3 << 30) + 512)]).unwrap();
-        assert_eq!(got[0].capacity_kib, (3 << 20) + 1);
+        let got = plan(&m, &[carried("disk0", "raw", 10 << 30), carried("disk1", "raw", (1 << 30) + 512)]).unwrap();
+        assert_eq!(got, vec![landing("disk0", "LocalDS_0", 0, 0, 10 << 30), landing("disk1", "LocalDS_1", 1, 1, (1 << 30) + 512)]);
+        assert_eq!(got[1].extent(), "ns_web-disk1-flat.vmdk");
+        assert_eq!(got[1].flat(), "ns_web/ns_web-disk1-flat.vmdk");
+        // The VM is told the carried size, rounded up to the KiB; `create` grows it to the declared one.
+        assert_eq!(got[0].capacity_kib(), 10 << 20);
+        assert_eq!(got[1].capacity_kib(), (1 << 20) + 1);
+        // 0 GiB declared keeps the carried size.
+        assert_eq!(plan(&machine(&[0]), &[carried("root", "raw", (3 << 30) + 512)]).unwrap()[0].bytes, (3 << 30) + 512);
+        assert_eq!(vmx_path("ns_web"), "ns_web/ns_web.vmx");
     }
 
     #[test]
-    fn fewer_smaller_or_too_many_disks_or_another_format_are_refused() {
-        let e = plan(&machine(&[10]), &[carried("a", "vmdk", 1 << 30), carried("b", "vmdk", 1 << 30)]).unwrap_err();
+    fn fewer_smaller_odd_or_too_many_disks_or_another_format_are_refused() {
+        let e = plan(&machine(&[10]), &[carried("a", "raw", 1 << 30), carried("b", "raw", 1 << 30)]).unwrap_err();
         assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("declare at least as many")), "{e:?}");
-        let e = plan(&machine(&[9]), &[carried("a", "vmdk", (9 << 30) + 512)]).unwrap_err();
+        let e = plan(&machine(&[9]), &[carried("a", "raw", (9 << 30) + 512)]).unwrap_err();
         assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("never shrunk") && m.contains("at least 10 GiB")), "{e:?}");
-        let e = plan(&machine(&[10]), &[carried("a", "qcow2", 1 << 30)]).unwrap_err();
-        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("imageFormat to vmdk") && m.contains("qcow2")), "{e:?}");
+        for format in ["vmdk", "qcow2"] {
+            let e = plan(&machine(&[10]), &[carried("a", format, 1 << 30)]).unwrap_err();
+            assert!(matches!(&e, Error::InvalidSpec(m) if m.contains(&format!("carried disk a is {format}")) && m.contains("raw")), "{e:?}");
+        }
+        let e = plan(&machine(&[10]), &[carried("a", "raw", (1 << 30) + 100)]).unwrap_err();
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("512-byte sectors")), "{e:?}");
+        assert!(plan(&machine(&[10]), &[carried("a", "raw", 0)]).is_err());
+        let sparse = CarriedDisk { size: 1 << 20, ..carried("a", "raw", 1 << 30) };
+        let e = plan(&machine(&[10]), &[sparse]).unwrap_err();
+        assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("a raw disk's bytes are the disk")), "{e:?}");
         assert!(plan(&machine(&[10]), &[]).is_err());
-        let many: Vec<CarriedDisk> = (0..16).map(|i| carried(&format!("d{i}"), "vmdk", 1 << 30)).collect();
+        let many: Vec<CarriedDisk> = (0..16).map(|i| carried(&format!("d{i}"), "raw", 1 << 30)).collect();
         let e = plan(&machine(&[1; 16]), &many).unwrap_err();
         assert!(matches!(&e, Error::InvalidSpec(m) if m.contains("at most 15")), "{e:?}");
         // Fifteen fit: unit 7 is the controller's own.
         let fifteen = plan(&machine(&[1; 15]), &many[..15]).unwrap();
         assert_eq!(fifteen.iter().map(|l| l.unit).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15]);
+        assert_eq!(fifteen[14].descriptor, "ns_web/ns_web-disk14.vmdk");
     }
 
     #[test]
-    fn the_import_spec_makes_the_machines_vm_unfinished_and_without_its_uid() {
-        let m = machine(&[10, 2, 5]);
-        let landed = plan(&m, &[carried("disk0", "vmdk", 10 << 30), carried("disk1", "vmdk", 1 << 30), carried("disk2", "vmdk", 5 << 30)]).unwrap();
+    fn the_descriptor_names_the_uploaded_extent_and_export_reads_it_back() {
+        let l = landing("disk0", "LocalDS_0", 0, 0, 2 << 30);
+        let text = descriptor(&l.extent(), l.bytes);
+        assert_eq!(
+            text,
+            "# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n# Extent description\nRW 4194304 VMFS \"ns_web-disk0-flat.vmdk\"\n\n# The Disk Data Base\n#DDB\n\nddb.adapterType = \"lsilogic\"\nddb.virtualHWVersion = \"13\"\n"
+        );
+        // What `disk-export` GETs for the attached disk is the file the host PUT.
+        assert_eq!(data_file("disk0", &l.descriptor, text.as_bytes()).unwrap(), l.flat());
+    }
+
+    #[test]
+    fn uploads_go_to_the_datastore_files_of_the_vms_directory() {
+        let l = landing("disk1", "LocalDS_1", 1, 1, 1 << 30);
+        assert_eq!(
+            datastore_url("http://127.0.0.1:8989/sdk", "DC0", &l.datastore, &l.flat()),
+            "http://127.0.0.1:8989/folder/ns_web/ns_web-disk1-flat.vmdk?dcPath=DC0&dsName=LocalDS_1"
+        );
+        assert_eq!(
+            datastore_url("https://vc.lab/sdk", "Lab/DC 1", &l.datastore, &l.descriptor),
+            "https://vc.lab/folder/ns_web/ns_web-disk1.vmdk?dcPath=Lab%2FDC%201&dsName=LocalDS_1"
+        );
+    }
+
+    #[test]
+    fn the_vm_is_made_unfinished_with_every_uploaded_disk_attached_as_it_is() {
+        let m = machine(&[10, 2, 6]);
+        let landed = plan(&m, &[carried("disk0", "raw", 10 << 30), carried("disk1", "raw", 1 << 30), carried("disk2", "raw", (5 << 30) + 512)]).unwrap();
         let nics = vec![NetworkBacking::Standard { name: "VM Network".into(), network: MoRef::new("Network", "network-7") }];
-        let spec = import_spec(&m, &landed, nics);
-        assert_eq!(spec.instance_uuid, None, "the UID comes once the disks are uploaded");
-        let body = soap::import_vm(&MoRef::new("ResourcePool", "resgroup-8"), &MoRef::new("Folder", "group-v3"), &spec);
+        let spec = create_spec(&m, &landed, nics);
+        assert_eq!(spec.instance_uuid, None, "the UID comes once the VM is made");
+        let body = soap::create_vm(&MoRef::new("Folder", "group-v3"), &spec, &MoRef::new("ResourcePool", "resgroup-8"), Some(&MoRef::new("HostSystem", "host-34")));
         let env = soap::envelope(&body);
         let doc = roxmltree::Document::parse(&env).unwrap();
-        let config = doc.descendants().find(|n| n.has_tag_name("configSpec")).unwrap();
+        let call = doc.descendants().find(|n| n.has_tag_name("CreateVM_Task")).unwrap();
+        let args: Vec<&str> = call.children().filter(|c| c.is_element()).map(|c| c.tag_name().name()).collect();
+        assert_eq!(args, ["_this", "config", "pool", "host"]);
+        assert!(body.contains("<_this type=\"Folder\">group-v3</_this>") && body.contains("<host type=\"HostSystem\">host-34</host>"), "{body}");
+        let config = call.children().find(|n| n.has_tag_name("config")).unwrap();
         let order: Vec<&str> = config.children().filter(|c| c.is_element()).map(|c| c.tag_name().name()).collect();
         assert_eq!(order, [
             "name", "guestId", "annotation", "files", "numCPUs", "memoryMB", "deviceChange", "deviceChange", "deviceChange", "deviceChange", "deviceChange",
             "extraConfig", "extraConfig", "extraConfig", "extraConfig", "firmware"
         ]);
-        assert!(body.contains("<name>ns_web</name>") && body.contains("<vmPathName>[LocalDS_0]</vmPathName>") && body.contains("<firmware>efi</firmware>"), "{body}");
+        assert!(body.contains("<name>ns_web</name>") && body.contains("<vmPathName>[LocalDS_0] ns_web/ns_web.vmx</vmPathName>") && body.contains("<firmware>efi</firmware>"), "{body}");
         assert!(body.contains(&format!("<annotation>{}</annotation>", unfinished(&m))));
         assert!(body.contains("<key>guestinfo.userdata</key>") && body.contains("<key>guestinfo.metadata</key>"));
-        // The controller comes first, then the NIC; every disk is a new thin file on its datastore, on the controller.
+        // The controller comes first, then the NIC; every disk is an uploaded file, attached on the controller.
         let changes: Vec<roxmltree::Node> = config.children().filter(|c| c.has_tag_name("deviceChange")).collect();
         fn device<'a, 'i>(c: &roxmltree::Node<'a, 'i>) -> roxmltree::Node<'a, 'i> {
             c.children().find(|d| d.has_tag_name("device")).unwrap()
@@ -640,45 +831,18 @@ mod tests {
         assert_eq!(kind(&changes[0]), "VirtualLsiLogicController");
         assert_eq!(text(&changes[0], "key"), "-10");
         assert_eq!(kind(&changes[1]), "VirtualVmxnet3");
-        let disks: Vec<(String, String, String, String)> = changes[2..5].iter().map(|c| (kind(c), text(c, "controllerKey"), text(c, "unitNumber"), text(c, "fileName"))).collect();
+        let disks: Vec<[String; 6]> = changes[2..5]
+            .iter()
+            .map(|c| [kind(c), text(c, "controllerKey"), text(c, "unitNumber"), text(c, "fileName"), text(c, "thinProvisioned"), text(c, "capacityInKB")])
+            .collect();
+        let row = |unit: &str, file: &str, kib: u64| ["VirtualDisk".to_string(), "-10".into(), unit.into(), file.into(), "false".into(), kib.to_string()];
         assert_eq!(disks, [
-            ("VirtualDisk".into(), "-10".into(), "0".into(), "[LocalDS_0]".into()),
-            ("VirtualDisk".into(), "-10".into(), "1".into(), "[LocalDS_1]".into()),
-            ("VirtualDisk".into(), "-10".into(), "2".into(), "[LocalDS_0]".into()),
+            row("0", "[LocalDS_0] ns_web/ns_web-disk0.vmdk", 10 << 20),
+            row("1", "[LocalDS_1] ns_web/ns_web-disk1.vmdk", 1 << 20),
+            row("2", "[LocalDS_0] ns_web/ns_web-disk2.vmdk", (5 << 20) + 1),
         ]);
-        assert_eq!(text(&changes[2], "capacityInKB"), (10u64 << 20).to_string());
-        assert!(changes[2..5].iter().all(|c| c.children().any(|f| f.has_tag_name("fileOperation") && f.text() == Some("create"))));
-        let folder = doc.descendants().find(|n| n.has_tag_name("folder")).unwrap();
-        assert_eq!(folder.text(), Some("group-v3"));
-    }
-
-    fn device_url(key: &str, url: &str, disk: bool) -> Node {
-        Node { name: "deviceUrl".into(), children: vec![leaf("key", key), leaf("url", url), leaf("disk", if disk { "true" } else { "false" })], ..Default::default() }
-    }
-
-    #[test]
-    fn upload_urls_come_in_disk_order() {
-        // vcsim: keys count the disks; URLs name the files on `*`.
-        let vcsim = Node {
-            children: vec![
-                device_url("/vm-58/VirtualDisk:1", "https://*/nfc/lease-1/ns_web_1.vmdk", true),
-                device_url("/vm-58/VirtualDisk:0", "https://*/nfc/lease-1/ns_web.vmdk", true),
-            ],
-            ..Default::default()
-        };
-        assert_eq!(disk_urls(&vcsim, "http://127.0.0.1:8989/sdk"), ["http://127.0.0.1:8989/nfc/lease-1/ns_web.vmdk", "http://127.0.0.1:8989/nfc/lease-1/ns_web_1.vmdk"]);
-        // vCenter: controller and unit; unit 10 after unit 8, whatever the text order.
-        let vcenter = Node {
-            children: vec![
-                device_url("/vm-9/VirtualLsiLogicController0:10", "https://*/nfc/52a/disk-2.vmdk", true),
-                device_url("/vm-9/nvram", "https://*/nfc/52a/nvram", false),
-                device_url("/vm-9/VirtualLsiLogicController0:8", "https://*/nfc/52a/disk-1.vmdk", true),
-                device_url("/vm-9/VirtualLsiLogicController0:0", "https://*/nfc/52a/disk-0.vmdk", true),
-            ],
-            ..Default::default()
-        };
-        let urls = disk_urls(&vcenter, "https://vc.lab");
-        assert_eq!(urls, ["https://vc.lab/nfc/52a/disk-0.vmdk", "https://vc.lab/nfc/52a/disk-1.vmdk", "https://vc.lab/nfc/52a/disk-2.vmdk"]);
+        assert!(changes[2..5].iter().all(|c| c.children().any(|f| f.has_tag_name("operation") && f.text() == Some("add"))));
+        assert!(!body.contains("fileOperation"), "the uploaded files are attached, not made: {body}");
     }
 
     #[test]
@@ -686,5 +850,13 @@ mod tests {
         let spec = ConfigSpec { instance_uuid: Some("u-1".into()), annotation: Some("done".into()), ..Default::default() };
         let body = soap::reconfigure(&MoRef::new("VirtualMachine", "vm-1"), &spec);
         assert!(body.ends_with("<spec><instanceUuid>u-1</instanceUuid><annotation>done</annotation></spec></ReconfigVM_Task>"), "{body}");
+    }
+
+    #[test]
+    fn failed_uploads_are_deleted_by_their_datastore_paths() {
+        let body = soap::delete_virtual_disk(&MoRef::new("VirtualDiskManager", "virtualDiskManager"), "[LocalDS_0] ns_web/ns_web-disk0.vmdk", &MoRef::new("Datacenter", "datacenter-2"));
+        assert!(body.ends_with("<name>[LocalDS_0] ns_web/ns_web-disk0.vmdk</name><datacenter type=\"Datacenter\">datacenter-2</datacenter></DeleteVirtualDisk_Task>"), "{body}");
+        let body = soap::delete_datastore_file(&MoRef::new("FileManager", "FileManager"), "[LocalDS_0] ns_web/ns_web-disk0-flat.vmdk", &MoRef::new("Datacenter", "datacenter-2"));
+        assert!(body.starts_with("<DeleteDatastoreFile_Task xmlns=\"urn:vim25\"><_this type=\"FileManager\">FileManager</_this><name>"), "{body}");
     }
 }

@@ -66,8 +66,9 @@
 //!   `HttpNfcLease`, the host streaming the VMDK ([`import`]).
 //! - `disk-export` / `disk-import` ([`carry`]): the powered-off VM's disks go to the host
 //!   from the datastore (`/folder/…`, the flat extent each descriptor names); carried disks
-//!   come in through `ImportVApp` as in `import-image`, into a VM made as `create` makes one,
-//!   which gets the machine's UID only once its disks are uploaded; `create` then adopts it.
+//!   come in raw the same way, each PUT to its datastore as a flat extent beside a descriptor
+//!   the driver writes, in the VM's directory; `CreateVM_Task` makes a VM as `create` makes
+//!   one with them attached, which gets the machine's UID only then; `create` adopts it.
 
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{

@@ -377,6 +377,11 @@ pub enum DiskChange {
     Grow { disk: VirtualDisk, capacity_kib: u64 },
     /// A new thin disk of `capacity_kib` on datastore `datastore` (a name), at `unit` of controller `controller`.
     Add { controller: i32, unit: i32, capacity_kib: u64, datastore: String },
+    /// The existing disk whose descriptor is `file` (`[ds] dir/name.vmdk`), attached as it is
+    /// at `unit` of controller `controller`: no file operation, so vSphere neither creates
+    /// nor changes the file (it must exist) and takes its size from the descriptor;
+    /// `capacity_kib` says the same size.
+    Attach { controller: i32, unit: i32, capacity_kib: u64, file: String },
 }
 
 impl DiskChange {
@@ -412,6 +417,11 @@ impl DiskChange {
             DiskChange::Add { controller, unit, capacity_kib, datastore } => format!(
                 "<deviceChange><operation>add</operation><fileOperation>create</fileOperation>{}</deviceChange>",
                 device(-200 - i as i64, String::new(), backing(&format!("[{datastore}]"), None, "persistent", true), *controller, *unit, *capacity_kib)
+            ),
+            // Not thin: the extent was written whole (every byte of the disk uploaded).
+            DiskChange::Attach { controller, unit, capacity_kib, file } => format!(
+                "<deviceChange><operation>add</operation>{}</deviceChange>",
+                device(-200 - i as i64, String::new(), backing(file, None, "persistent", false), *controller, *unit, *capacity_kib)
             ),
         }
     }
@@ -530,16 +540,21 @@ pub fn reconfigure(vm: &MoRef, config: &ConfigSpec) -> String {
     method("ReconfigVM_Task", vm, &format!("<spec>{}</spec>", config.xml()))
 }
 
-/// `ImportVApp` of the new VM `config` describes (name, files, devices with their disks to
-/// create) into `pool` and `folder`; the disks' content then comes through the returned
-/// `HttpNfcLease`, one upload URL per disk.
-pub fn import_vm(pool: &MoRef, folder: &MoRef, config: &ConfigSpec) -> String {
-    method("ImportVApp", pool, &format!("<spec xsi:type=\"VirtualMachineImportSpec\"><configSpec>{}</configSpec></spec>{}", config.xml(), folder.xml("folder")))
+/// `CreateVM_Task` of the new VM `config` describes (name, files, devices) in `folder`, in
+/// `pool`, on `host` (vCenter picks one in a DRS cluster when there is none).
+pub fn create_vm(folder: &MoRef, config: &ConfigSpec, pool: &MoRef, host: Option<&MoRef>) -> String {
+    method("CreateVM_Task", folder, &format!("<config>{}</config>{}{}", config.xml(), pool.xml("pool"), host.map(|h| h.xml("host")).unwrap_or_default()))
 }
 
-/// `HttpNfcLeaseProgress`: tells vCenter the upload goes on, which keeps the lease from expiring.
-pub fn lease_progress(lease: &MoRef, percent: u8) -> String {
-    method("HttpNfcLeaseProgress", lease, &format!("<percent>{}</percent>", percent.min(100)))
+/// `DeleteVirtualDisk_Task` of the disk whose descriptor is `file` (`[ds] dir/name.vmdk`) in
+/// `datacenter`: the descriptor and its extents.
+pub fn delete_virtual_disk(virtual_disk_manager: &MoRef, file: &str, datacenter: &MoRef) -> String {
+    method("DeleteVirtualDisk_Task", virtual_disk_manager, &format!("{}{}", el("name", file), datacenter.xml("datacenter")))
+}
+
+/// `DeleteDatastoreFile_Task` of `file` (`[ds] dir/name`) in `datacenter`.
+pub fn delete_datastore_file(file_manager: &MoRef, file: &str, datacenter: &MoRef) -> String {
+    method("DeleteDatastoreFile_Task", file_manager, &format!("{}{}", el("name", file), datacenter.xml("datacenter")))
 }
 
 /// `ImportVApp` of a VM `name` with one thin disk of `capacity_kib` on `datastore` (a name)
