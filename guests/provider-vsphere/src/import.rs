@@ -70,7 +70,8 @@ fn named(inv: &Inv, name: &str) -> Vec<(MoRef, bool)> {
         .collect()
 }
 
-fn destroy(vim: &Vim, vm: &MoRef, name: &str) -> VResult<()> {
+/// Destroy VM `vm` (named `name`, for messages); one already gone is success.
+pub(crate) fn destroy(vim: &Vim, vm: &MoRef, name: &str) -> VResult<()> {
     match vim.run_task(&format!("Destroy_Task {name}"), &soap::simple("Destroy_Task", vm)) {
         Err(SessionError::Failed(e)) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
@@ -78,7 +79,7 @@ fn destroy(vim: &Vim, vm: &MoRef, name: &str) -> VResult<()> {
 }
 
 /// Wait for the lease to be ready; its `info`.
-fn lease_info(vim: &Vim, lease: &MoRef) -> VResult<Node> {
+pub(crate) fn lease_info(vim: &Vim, lease: &MoRef) -> VResult<Node> {
     let mut info = None;
     let mut failure = None;
     let ready = banlieue_sdk::time::wait_until(LEASE_READY_MS, 200, || {

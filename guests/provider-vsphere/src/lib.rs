@@ -64,6 +64,11 @@
 //! - `import-image` / `delete-image`: a VMImage `url` source becomes a template
 //!   named `image-{vmimage}-{12 hex of its sha256}` through `ImportVApp` and an
 //!   `HttpNfcLease`, the host streaming the VMDK ([`import`]).
+//! - `disk-export` / `disk-import` ([`carry`]): the powered-off VM's disks go to the host
+//!   from the datastore (`/folder/…`, the flat extent each descriptor names); carried disks
+//!   come in raw the same way, each PUT to its datastore as a flat extent beside a descriptor
+//!   the driver writes, in the VM's directory; `CreateVM_Task` makes a VM as `create` makes
+//!   one with them attached, which gets the machine's UID only then; `create` adopts it.
 
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
@@ -74,6 +79,7 @@ use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod carry;
 pub mod import;
 pub mod snapshot;
 pub mod soap;
@@ -709,6 +715,7 @@ pub(crate) fn clone_machine(vim: &Vim, machine: &Machine, origin: &Origin) -> VR
         }),
         // Made while the clone is off, once its devices (the template's) are known.
         disks: Vec::new(),
+        ..Default::default()
     };
     let (what, snapshot) = match origin {
         Origin::Template => (format!("vSphere template {template}"), None),
@@ -779,7 +786,7 @@ pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<Machi
 }
 
 impl Driver for VSphere {
-    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS];
+    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let (version, inv) = with_vim(config, |vim| Ok((vim.sc.full_name.clone(), Inv::read(vim, INVENTORY)?)))?;
@@ -821,6 +828,14 @@ impl Driver for VSphere {
 
     fn delete_image(config: &ProviderConfig, request: &ImageRequest, reference: &str) -> Result<()> {
         import::delete(config, request, reference)
+    }
+
+    fn disk_export(config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
+        carry::export(config, machine)
+    }
+
+    fn disk_import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        carry::import(config, machine)
     }
 
     fn snapshot_create(config: &ProviderConfig, machine: &MachineRef, request: &SnapshotRequest) -> Result<Snapshot> {

@@ -325,12 +325,22 @@ pub enum NetworkBacking {
     Distributed { switch_uuid: String, portgroup_key: String },
 }
 
-/// The hardware and guestinfo of a clone.
+/// The hardware and guestinfo of a clone (or of a new VM: name, guest OS, files, controller).
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSpec {
+    /// A new VM's name.
+    pub name: Option<String>,
     pub instance_uuid: Option<String>,
+    /// A new VM's guest OS identifier (`otherGuest64`).
+    pub guest_id: Option<String>,
+    pub annotation: Option<String>,
+    /// `files.vmPathName` of a new VM: `[datastore]` puts its files in a folder of its name there.
+    pub vm_path: Option<String>,
     pub cpus: Option<u32>,
     pub memory_mib: Option<u64>,
+    /// A new LSI Logic SCSI controller on bus 0 with this (negative, temporary) key, added
+    /// before the disks that name it as their controller.
+    pub scsi_controller: Option<i32>,
     /// Ethernet cards of the template to remove: (xsi type, key).
     pub remove_nics: Vec<(String, i32)>,
     pub add_nics: Vec<NetworkBacking>,
@@ -367,6 +377,11 @@ pub enum DiskChange {
     Grow { disk: VirtualDisk, capacity_kib: u64 },
     /// A new thin disk of `capacity_kib` on datastore `datastore` (a name), at `unit` of controller `controller`.
     Add { controller: i32, unit: i32, capacity_kib: u64, datastore: String },
+    /// The existing disk whose descriptor is `file` (`[ds] dir/name.vmdk`), attached as it is
+    /// at `unit` of controller `controller`: no file operation, so vSphere neither creates
+    /// nor changes the file (it must exist) and takes its size from the descriptor;
+    /// `capacity_kib` says the same size.
+    Attach { controller: i32, unit: i32, capacity_kib: u64, file: String },
 }
 
 impl DiskChange {
@@ -403,6 +418,11 @@ impl DiskChange {
                 "<deviceChange><operation>add</operation><fileOperation>create</fileOperation>{}</deviceChange>",
                 device(-200 - i as i64, String::new(), backing(&format!("[{datastore}]"), None, "persistent", true), *controller, *unit, *capacity_kib)
             ),
+            // Not thin: the extent was written whole (every byte of the disk uploaded).
+            DiskChange::Attach { controller, unit, capacity_kib, file } => format!(
+                "<deviceChange><operation>add</operation>{}</deviceChange>",
+                device(-200 - i as i64, String::new(), backing(file, None, "persistent", false), *controller, *unit, *capacity_kib)
+            ),
         }
     }
 }
@@ -411,14 +431,32 @@ impl ConfigSpec {
     /// The `VirtualMachineConfigSpec` contents, in schema order.
     pub fn xml(&self) -> String {
         let mut s = String::new();
+        if let Some(n) = &self.name {
+            s += &el("name", n);
+        }
         if let Some(u) = &self.instance_uuid {
             s += &el("instanceUuid", u);
+        }
+        if let Some(g) = &self.guest_id {
+            s += &el("guestId", g);
+        }
+        if let Some(a) = &self.annotation {
+            s += &el("annotation", a);
+        }
+        if let Some(p) = &self.vm_path {
+            s += &format!("<files>{}</files>", el("vmPathName", p));
         }
         if let Some(c) = self.cpus {
             s += &format!("<numCPUs>{c}</numCPUs>");
         }
         if let Some(m) = self.memory_mib {
             s += &format!("<memoryMB>{m}</memoryMB>");
+        }
+        if let Some(key) = self.scsi_controller {
+            s += &format!(
+                "<deviceChange><operation>add</operation><device xsi:type=\"VirtualLsiLogicController\"><key>{key}</key>\
+<busNumber>0</busNumber><sharedBus>noSharing</sharedBus></device></deviceChange>"
+            );
         }
         for (kind, key) in &self.remove_nics {
             s += &format!(
@@ -500,6 +538,23 @@ pub struct SnapshotSource {
 /// `ReconfigVM_Task`.
 pub fn reconfigure(vm: &MoRef, config: &ConfigSpec) -> String {
     method("ReconfigVM_Task", vm, &format!("<spec>{}</spec>", config.xml()))
+}
+
+/// `CreateVM_Task` of the new VM `config` describes (name, files, devices) in `folder`, in
+/// `pool`, on `host` (vCenter picks one in a DRS cluster when there is none).
+pub fn create_vm(folder: &MoRef, config: &ConfigSpec, pool: &MoRef, host: Option<&MoRef>) -> String {
+    method("CreateVM_Task", folder, &format!("<config>{}</config>{}{}", config.xml(), pool.xml("pool"), host.map(|h| h.xml("host")).unwrap_or_default()))
+}
+
+/// `DeleteVirtualDisk_Task` of the disk whose descriptor is `file` (`[ds] dir/name.vmdk`) in
+/// `datacenter`: the descriptor and its extents.
+pub fn delete_virtual_disk(virtual_disk_manager: &MoRef, file: &str, datacenter: &MoRef) -> String {
+    method("DeleteVirtualDisk_Task", virtual_disk_manager, &format!("{}{}", el("name", file), datacenter.xml("datacenter")))
+}
+
+/// `DeleteDatastoreFile_Task` of `file` (`[ds] dir/name`) in `datacenter`.
+pub fn delete_datastore_file(file_manager: &MoRef, file: &str, datacenter: &MoRef) -> String {
+    method("DeleteDatastoreFile_Task", file_manager, &format!("{}{}", el("name", file), datacenter.xml("datacenter")))
 }
 
 /// `ImportVApp` of a VM `name` with one thin disk of `capacity_kib` on `datastore` (a name)
@@ -612,6 +667,7 @@ mod tests {
             extra_config: vec![("guestinfo.userdata".into(), "I2Nsb3Vk".into())],
             firmware: Some("efi".into()),
             disks: vec![],
+            ..Default::default()
         };
         let body = clone_vm(
             &MoRef::new("VirtualMachine", "vm-9"),

@@ -28,6 +28,11 @@ pub struct ServiceContent {
     pub property_collector: MoRef,
     pub search_index: MoRef,
     pub session_manager: MoRef,
+    /// Deletes datastore files (what a failed `disk-import` uploaded); optional in the
+    /// schema, so a vCenter without one only loses that clean-up.
+    pub file_manager: Option<MoRef>,
+    /// Deletes a disk's descriptor and extents together; optional like the file manager.
+    pub virtual_disk_manager: Option<MoRef>,
     pub full_name: Option<String>,
 }
 
@@ -137,6 +142,8 @@ pub fn service_content(http: &Client, url: &str) -> Result<ServiceContent> {
         property_collector: get("propertyCollector")?,
         search_index: get("searchIndex")?,
         session_manager: get("sessionManager")?,
+        file_manager: rv.child("fileManager").and_then(Node::as_ref),
+        virtual_disk_manager: rv.child("virtualDiskManager").and_then(Node::as_ref),
         full_name: rv.str_at("about.fullName").map(str::to_string),
     })
 }
