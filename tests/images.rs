@@ -138,7 +138,7 @@ async fn url_images_are_fetched_verified_and_bad_ones_say_why() -> anyhow::Resul
     let server = FileServer::start(BTreeMap::from([
         ("/debian.qcow2".to_string(), Answer::Bytes(disk.clone())),
         ("/notes.txt".to_string(), Answer::Bytes(text.clone())),
-        ("/huge.raw".to_string(), Answer::Announce(4 << 30)),
+        ("/huge.raw".to_string(), Answer::Announce(16 << 30)),
     ]))
     .await?;
     let cache = cp.ctx.images.clone().expect("tests configure an image cache");

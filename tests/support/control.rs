@@ -115,6 +115,14 @@ impl ControlPlane {
     pub fn kill(self) {
         self.tasks.iter().for_each(|t| t.abort());
     }
+
+    /// [`kill`](Self::kill), and return once every role has stopped.
+    pub async fn kill_and_wait(&mut self) {
+        self.tasks.iter().for_each(|t| t.abort());
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
 }
 
 /// Options for roles in tests: built-in components from `guests/dist`, `file://` sources
@@ -128,7 +136,7 @@ fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
         component_dir: Some(component_dir(env)),
         cache_dir: Some(env.dir().join("component-cache")),
         // Test servers for images listen on 127.0.0.1 over plain http.
-        image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 1 << 30, schemes: vec!["http".into(), "https".into()] }),
+        image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 8 << 30, schemes: vec!["http".into(), "https".into()] }),
         // Carried disks for fakepve's download-url, on a port of its own.
         carry_downloads: Some(CarryDownloads { listen: "127.0.0.1:0".parse()?, url: None, ttl: std::time::Duration::from_secs(60) }),
         leader_election: false,

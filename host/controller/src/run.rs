@@ -57,14 +57,17 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             }
         });
     }
+    let mut tasks = tokio::task::JoinSet::new();
     if let Some(handouts) = ctx.handouts.clone() {
-        tokio::spawn(async move {
-            if let Err(e) = handouts.serve().await {
-                tracing::error!(error = %e, "carried-disk downloads");
+        let stop = stopped();
+        // In the role set: it ends with the process's roles.
+        tasks.spawn(async move {
+            tokio::select! {
+                served = handouts.serve() => served.map_err(|e| anyhow::anyhow!("serving carried-disk downloads: {e}")),
+                _ = stop => Ok(()),
             }
         });
     }
-    let mut tasks = tokio::task::JoinSet::new();
     let sharded = |role: Role| ctx.shards.is_some() && matches!(role, Role::Controller | Role::Provider);
     if let (Some(shards), Some(sharding)) = (&ctx.shards, ctx.options.sharding) {
         // The replicas running the same sharded roles split the shards among themselves.

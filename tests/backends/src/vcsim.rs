@@ -304,6 +304,19 @@ impl Vcsim {
         Ok(disks.into_iter().map(|(_, _, kib, file)| (kib, file)).collect())
     }
 
+    /// `len` bytes at `offset` of a file on the datastore (`[LocalDS_0] dir/file`), read over
+    /// vcsim's datastore HTTP access (`/folder/…`), and the file's whole size.
+    pub async fn datastore_read(&self, path: &str, offset: u64, len: u64) -> anyhow::Result<(u64, Vec<u8>)> {
+        let (ds, file) = path.strip_prefix('[').and_then(|p| p.split_once("] ")).with_context(|| format!("{path} is not a datastore path"))?;
+        let url = format!("{}/folder/{file}?dcPath=DC0&dsName={ds}", self.url.trim_end_matches("/sdk"));
+        let cookie = format!("vmware_soap_session={}", self.cookie);
+        let head = self.http.head(&url).header("Cookie", &cookie).send().await?.error_for_status()?;
+        let size = head.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).context("no Content-Length")?;
+        let range = format!("bytes={offset}-{}", offset + len - 1);
+        let body = self.http.get(&url).header("Cookie", &cookie).header("Range", range).send().await?.error_for_status()?.bytes().await?;
+        Ok((size, body.to_vec()))
+    }
+
     /// The MAC addresses of a VM's ethernet cards, in device order.
     pub async fn nic_macs(&self, vm: &str) -> anyhow::Result<Vec<String>> {
         let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;

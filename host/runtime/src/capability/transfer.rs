@@ -178,7 +178,15 @@ impl Write for Incoming {
         if self.total + buf.len() as u64 > self.max {
             return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, format!("the disks are larger than the {} bytes left in the host's image cache", self.max)));
         }
-        let n = self.file.write(buf)?;
+        // Zeros are skipped, not written: a disk's unused space stays a hole in the cache
+        // (a raw export is mostly zeros). The file gets its length when it is whole.
+        let n = if buf.iter().all(|b| *b == 0) {
+            use std::io::Seek;
+            self.file.seek(std::io::SeekFrom::Current(buf.len() as i64))?;
+            buf.len()
+        } else {
+            self.file.write(buf)?
+        };
         self.hasher.update(&buf[..n]);
         self.total += n as u64;
         self.progress.store(self.total, Ordering::Relaxed);
@@ -219,6 +227,7 @@ impl HostState {
     /// The disk came in whole: keep it under its name.
     fn received(&self, g: &ExportGrant, name: String, incoming: Incoming) -> Result<u64, WitError> {
         let io = |e: std::io::Error| WitError::Internal(format!("the host's export directory: {e}"));
+        incoming.file.set_len(incoming.total).map_err(io)?;
         incoming.file.sync_all().map_err(io)?;
         g.dir.rename(format!("{name}.part"), &g.dir, &name).map_err(io)?;
         let digest = format!("sha256:{}", hex::encode(incoming.hasher.finalize()));
