@@ -23,7 +23,8 @@ use crate::{api, online_nodes, vms, TASK_TIMEOUT_MS};
 
 /// Tag on every imported template.
 pub const IMAGE_TAG: &str = "banlieue-image";
-const DOWNLOAD_TIMEOUT_MS: u64 = 3_600_000;
+/// How long a download, or a create that imports a downloaded disk, may take.
+pub(crate) const DOWNLOAD_TIMEOUT_MS: u64 = 3_600_000;
 const CREATE_ATTEMPTS: u32 = 8;
 
 /// What every template (and downloaded file) of VMImage `image` starts with.
@@ -59,7 +60,7 @@ fn holds(s: &Value, content: &str) -> bool {
 
 /// The first online node with storage `target` for VM images and a storage for `import`
 /// content: (node, import storage).
-fn place(pve: &Pve, target: &str) -> Result<(String, String)> {
+pub(crate) fn place(pve: &Pve, target: &str) -> Result<(String, String)> {
     let mut nodes: Vec<String> = online_nodes(pve)?.iter().map(|n| api::text(n, "node").to_string()).collect();
     nodes.sort();
     for node in nodes {
@@ -74,8 +75,17 @@ fn place(pve: &Pve, target: &str) -> Result<(String, String)> {
     )))
 }
 
+/// A storage of `node` that holds `import` content, where files to import are downloaded.
+pub(crate) fn import_storage(pve: &Pve, node: &str) -> Result<String> {
+    storages(pve, node)?.iter().find(|s| holds(s, "import")).map(|s| api::text(s, "storage").to_string()).ok_or_else(|| {
+        Error::InvalidSpec(format!(
+            "Proxmox VE node {node} has no active storage with `import` content to download disks to (add `import` to a file storage's content, PVE 8.4 or later)"
+        ))
+    })
+}
+
 /// Remove one storage volume (a downloaded file); gone already is fine.
-fn remove_volume(pve: &Pve, node: &str, volid: &str) -> Result<()> {
+pub(crate) fn remove_volume(pve: &Pve, node: &str, volid: &str) -> Result<()> {
     let (storage, _) = volid.split_once(':').unwrap_or((volid, ""));
     let path = format!("/nodes/{}/storage/{}/content/{}", api::encode(node), api::encode(storage), api::encode(volid));
     match pve.request("DELETE", &path, &[]) {
@@ -87,8 +97,9 @@ fn remove_volume(pve: &Pve, node: &str, volid: &str) -> Result<()> {
     }
 }
 
-/// Files of VMImage `image` (`import/image-{vmimage}-…`) downloaded on any node's import storages.
-fn staged(pve: &Pve, image_prefix: &str) -> Result<Vec<(String, String)>> {
+/// Files whose name starts with `file_prefix` (`import/image-{vmimage}-…`, `import/carry-{uid}-…`)
+/// downloaded on any node's import storages: (node, volid).
+pub(crate) fn staged(pve: &Pve, file_prefix: &str) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for n in online_nodes(pve)? {
         let node = api::text(&n, "node").to_string();
@@ -96,7 +107,7 @@ fn staged(pve: &Pve, image_prefix: &str) -> Result<Vec<(String, String)>> {
             let path = format!("/nodes/{}/storage/{}/content?content=import", api::encode(&node), api::encode(api::text(s, "storage")));
             for item in pve.get(&path)?.as_array().into_iter().flatten() {
                 let volid = api::text(item, "volid");
-                if volid.split_once(":import/").is_some_and(|(_, file)| file.starts_with(image_prefix)) {
+                if volid.split_once(":import/").is_some_and(|(_, file)| file.starts_with(file_prefix)) {
                     out.push((node.clone(), volid.to_string()));
                 }
             }
@@ -116,7 +127,8 @@ fn named(pve: &Pve, name: &str) -> Result<Vec<(String, u64, bool)>> {
         .collect())
 }
 
-fn destroy(pve: &Pve, node: &str, vmid: u64) -> Result<()> {
+/// Destroy VM `vmid` of `node` with its disks; gone already is fine.
+pub(crate) fn destroy(pve: &Pve, node: &str, vmid: u64) -> Result<()> {
     let path = format!("/nodes/{}/qemu/{vmid}", api::encode(node));
     let params = [("purge".to_string(), "1".to_string()), ("destroy-unreferenced-disks".to_string(), "1".to_string())];
     match pve.task("DELETE", &path, &params) {
@@ -126,32 +138,28 @@ fn destroy(pve: &Pve, node: &str, vmid: u64) -> Result<()> {
     }
 }
 
-/// Create the template VM on `node` with its disk imported from `volid`; its VMID.
-fn create_template(pve: &Pve, node: &str, name: &str, target: &str, volid: &str, description: &str) -> Result<u64> {
+/// Create a VM on `node` from `params` (every create parameter but `vmid`) under a free VMID,
+/// waiting up to `timeout_ms` for the task (`import-from` copies whole disks); its VMID. A
+/// create PVE says failed is removed; one whose end could not be learnt (a poll failed, still
+/// running) is left as it is: it may still succeed, and the caller's retry finds it by name.
+pub(crate) fn create_vm(pve: &Pve, node: &str, params: &[(String, String)], timeout_ms: u64, what: &str) -> Result<u64> {
     let mut last = String::new();
     for attempt in 0..CREATE_ATTEMPTS {
         let next = api::num(Some(&pve.get("/cluster/nextid")?)).ok_or_else(|| Error::Internal("/cluster/nextid did not answer a VMID".into()))?;
+        // PVE does not reserve the ID it answers: see `api::candidate_vmid`.
         let vmid = api::candidate_vmid(next, attempt, crate::random());
-        let params: Vec<(String, String)> = vec![
-            ("vmid".into(), vmid.to_string()),
-            ("name".into(), name.into()),
-            ("scsihw".into(), "virtio-scsi-pci".into()),
-            ("scsi0".into(), format!("{target}:0,import-from={volid}")),
-            ("boot".into(), "order=scsi0".into()),
-            ("ostype".into(), "l26".into()),
-            ("tags".into(), IMAGE_TAG.into()),
-            ("description".into(), description.into()),
-        ];
+        let mut all: Vec<(String, String)> = vec![("vmid".into(), vmid.to_string())];
+        all.extend(params.iter().cloned());
         let path = format!("/nodes/{}/qemu", api::encode(node));
-        let upid = match pve.task("POST", &path, &params) {
+        let upid = match pve.task("POST", &path, &all) {
             Ok(u) => u,
             Err(e) if api::is_collision(e.message()) => {
                 last = e.message().to_string();
                 continue;
             }
-            Err(e) => return Err(e.context(format_args!("creating template VM {name}"))),
+            Err(e) => return Err(e.context(format_args!("creating {what}"))),
         };
-        match pve.wait_task(&upid, DOWNLOAD_TIMEOUT_MS, &format!("importing {volid} into VM {vmid}")) {
+        match pve.task_outcome(&upid, timeout_ms, &format!("creating {what} as VM {vmid}"))? {
             Ok(()) => return Ok(vmid),
             Err(e) if api::is_collision(e.message()) => last = e.message().to_string(),
             Err(e) => {
@@ -161,6 +169,20 @@ fn create_template(pve: &Pve, node: &str, name: &str, target: &str, volid: &str,
         }
     }
     Err(Error::Unavailable(format!("no free VMID after {CREATE_ATTEMPTS} attempts: {last}")))
+}
+
+/// Create the template VM on `node` with its disk imported from `volid`; its VMID.
+fn create_template(pve: &Pve, node: &str, name: &str, target: &str, volid: &str, description: &str) -> Result<u64> {
+    let params: Vec<(String, String)> = vec![
+        ("name".into(), name.into()),
+        ("scsihw".into(), "virtio-scsi-pci".into()),
+        ("scsi0".into(), format!("{target}:0,import-from={volid}")),
+        ("boot".into(), "order=scsi0".into()),
+        ("ostype".into(), "l26".into()),
+        ("tags".into(), IMAGE_TAG.into()),
+        ("description".into(), description.into()),
+    ];
+    create_vm(pve, node, &params, DOWNLOAD_TIMEOUT_MS, &format!("template VM {name} from {volid}"))
 }
 
 pub fn import(config: &ProviderConfig, request: &ImageRequest) -> Result<ImageStatus> {

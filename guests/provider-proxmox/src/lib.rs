@@ -78,6 +78,25 @@
 //!   named `image-{vmimage}-{12 hex of its sha256}`: PVE downloads the URL
 //!   (`download-url`, checksum checked) and imports it into a new VM's disk
 //!   (`import-from`), which becomes the template ([`import`]).
+//! - `disk-import` (a move that carries a VM's disks here): PVE downloads each carried disk
+//!   from the one-time URL the host serves it at and imports it into a new VM's `scsi<i>`
+//!   (`import-from`), which is named, described and configured as `create` configures a clone
+//!   and left powered off; `create` then finds it by its UID tag as any machine's ([`carry`]).
+//!
+//! # Moves
+//!
+//! A VM moves here with its disks (`disk-import`), not away (no `disk-export`, so the host
+//! refuses Proxmox VE as the source of a move that carries disks): PVE's API offers no way to
+//! read a VM disk's bytes over HTTP. Storage content (`GET …/storage/{storage}/content/{volume}`)
+//! answers a volume's path and size, not its bytes; `POST` there copies it to another storage
+//! of the cluster; `download-url` and `upload` only bring files in; `file-restore/download`
+//! extracts files from inside Proxmox Backup Server backups; `vzdump` writes backups to a
+//! storage (`stdout` is for the command line). A VM leaves by hand: a backup (`vzdump <vmid>
+//! --mode stop`) restored on another PVE (`qmrestore`), or on the node the disk's file
+//! (`pvesm path <volid>`) converted with `qemu-img convert -O qcow2` and brought to the other
+//! backend as an image (PVE has `qm disk import`, no `qm disk export`; `pvesm export` streams
+//! PVE's own migration formats, on the command line only). Otherwise the VM moves with
+//! `spec.moveStrategy: Recreate`, made afresh from its image.
 
 use banlieue_sdk::provider::{
     DiskStatus, Driver, FailureDomain, Firmware, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
@@ -88,6 +107,7 @@ use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
 
 pub mod api;
+pub mod carry;
 pub mod import;
 pub mod pve;
 pub mod snapshot;
@@ -308,7 +328,7 @@ fn drive_power(pve: &Pve, vm: &Vm, state: PowerState) -> Result<()> {
 }
 
 /// The machine's status as PVE has it.
-fn status(pve: &Pve, vm: &Vm, extra: Vec<banlieue_sdk::provider::Condition>) -> Result<MachineStatus> {
+pub(crate) fn status(pve: &Pve, vm: &Vm, extra: Vec<banlieue_sdk::provider::Condition>) -> Result<MachineStatus> {
     let st = pve.get(&format!("{}/status/current", vm.path()))?;
     let running = api::text(&st, "status") == "running";
     let paused = running && api::text(&st, "qmpstatus") == "paused";
@@ -433,7 +453,7 @@ pub(crate) fn hardware(cfg: &Value) -> Hardware {
 /// Bring a stopped, configured VM to the machine's cores, memory and disk sizes (disks
 /// matched by position; never shrunk: refused). A disk the VM lacks is not added here:
 /// describe shows it missing, and the host says so.
-fn apply_hardware(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<()> {
+pub(crate) fn apply_hardware(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<()> {
     let cfg = pve.get(&format!("{}/config", vm.path()))?;
     let have = hardware(&cfg);
     let keys = disk_keys(&cfg);
@@ -506,8 +526,9 @@ fn ipconfig(nic: &banlieue_sdk::provider::Nic) -> Result<String> {
     Ok(parts.join(","))
 }
 
-/// Write the machine's configuration onto a cloned VM, ending with the UID tag.
-fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::provider::Condition>> {
+/// Write the machine's configuration onto a cloned VM (or one made from carried disks),
+/// ending with the UID tag.
+pub(crate) fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<banlieue_sdk::provider::Condition>> {
     let cfg = pve.get(&format!("{}/config", vm.path()))?;
     let boot_storage = &machine.disks[0].target;
     // Grow the boot disk first (a separate call; a retry finds it grown and skips it).
@@ -757,7 +778,8 @@ fn clean_up(pve: &Pve, machine: &Machine, vm_name: &str, vmid: u64) {
 }
 
 impl Driver for Proxmox {
-    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS];
+    // No DISK_EXPORT: PVE's API cannot hand a VM disk's bytes out (see # Moves).
+    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_IMPORT];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let pve = Pve::connect(config)?;
@@ -881,6 +903,10 @@ impl Driver for Proxmox {
 
     fn snapshot_delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
         snapshot::delete(config, machine, id)
+    }
+
+    fn disk_import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
+        carry::import(config, machine)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()> {
