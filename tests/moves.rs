@@ -201,7 +201,12 @@ async fn a_target_that_fails_its_import_leaves_the_source_running_and_unchanged(
     assert!(message.contains("qcow2") && message.contains("imageFormat"), "{message}");
     assert_eq!(failed.status.as_ref().and_then(|s| s.moving.as_ref()).map(|m| m.phase), Some(MovePhase::Failed));
     // The source is the VM's machine again, running (powered on again as the spec asks).
-    let back = wait_for(&vms, "db", 120, "Ready on kvm again", |v: Option<&VirtualMachine>| is_ready(v) && v.and_then(provider_of).as_deref() == Some(KVM)).await?;
+    let back = wait_for(&vms, "db", 120, "Ready and running on kvm again", |v: Option<&VirtualMachine>| {
+        is_ready(v)
+            && v.and_then(provider_of).as_deref() == Some(KVM)
+            && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)
+    })
+    .await?;
     assert_eq!(back.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()).map(|r| r.name.as_str()), Some("db"));
     banlieue_tests::within(120, async {
         while lv.domains(&format!("{}_db.moved", env.ns)).map(|d| !d.is_empty()).unwrap_or(true) {
