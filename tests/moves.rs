@@ -321,3 +321,67 @@ async fn a_vm_carries_its_disk_from_libvirt_to_vsphere_and_back() -> anyhow::Res
     assert_eq!(census(&env, &vc, &pve, lv, "trip").await?, (0, 0, 0));
     Ok(())
 }
+
+/// libvirt → Proxmox VE: fakepve is told to download each carried disk from a one-time URL the
+/// host serves (its task log names it), and makes the VM from the download (`import-from`).
+/// fakepve never fetches, so the test does it in its place: the URL gives the carried disk —
+/// a qcow2 holding the guest's writes — once, and then no more.
+#[tokio::test]
+async fn a_move_to_proxmox_hands_the_disk_over_through_a_one_time_url() -> anyhow::Result<()> {
+    let env = TestEnv::start("carry-pve").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let pve = FakePve::start().await?;
+    let lv = Libvirtd::shared()?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = small_class(&env, &three_backends(&env, &vc, &pve, lv).await?).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let marker = format!("to-pve-{}", env.ns);
+    env.apply(user_data(&env, "pv", &marker)).await?;
+    env.apply(vm(&env, "pv", &n, KVM, json!({"userData": {"name": "pv-user-data", "key": "user-data"}, "powerOffMode": "TrySoft"}))).await?;
+    guest_wrote(&env, lv, &vms, "pv", &marker).await?;
+
+    patch_spec(&vms, "pv", json!({"placement": {"providerRef": {"name": PVE}, "failureDomainSelector": {"matchLabels": {"banlieue.io/failure-domain": "pve1"}}}})).await?;
+    let on_pve = moved_to(&vms, "pv", PVE, Arc::new(Mutex::new(Vec::new()))).await?;
+    assert_eq!(census(&env, &vc, &pve, lv, "pv").await?, (0, 1, 0), "one VM, on fakepve");
+    let uid = on_pve.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref()?.uid.clone()).unwrap_or_default();
+    let [made] = pve.vms_tagged(&uid).await?.try_into().map_err(|v| anyhow::anyhow!("one PVE VM: {v:?}"))?;
+    let config = pve.vm_config(&made.node, made.vmid).await?;
+    assert!(config["scsi0"].as_str().is_some_and(|d| d.contains("import-from=") && d.contains(&format!("carry-{uid}-0"))), "made from the downloaded disk: {config}");
+
+    // fakepve's download task names the URL it was given.
+    let mut urls = Vec::new();
+    for t in pve.tasks(&made.node).await?.into_iter().filter(|t| t["type"] == "download") {
+        for line in pve.task_log(&made.node, t["upid"].as_str().unwrap_or("")).await? {
+            if let Some(url) = line.split_whitespace().find(|w| w.contains("/carried/")) {
+                urls.push(url.to_string());
+            }
+        }
+    }
+    let [url] = urls.try_into().map_err(|u| anyhow::anyhow!("one download URL in fakepve's task log: {u:?}"))?;
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with(".qcow2"), "{url}");
+    let disk = env.dir().join("downloaded.qcow2");
+    assert_eq!(fetch(&url, &disk).await?, "200");
+    let slice = std::process::Command::new("qemu-img")
+        .args(["dd", "-f", "qcow2", "-O", "raw", "bs=4096", &format!("skip={}", DISK_WRITE_OFFSET / 4096), &format!("count={}", DISK_WRITE_OFFSET / 4096 + 1)])
+        .arg(format!("if={}", disk.display()))
+        .arg(format!("of={}", env.dir().join("slice.raw").display()))
+        .output()?;
+    assert!(slice.status.success(), "{}", String::from_utf8_lossy(&slice.stderr));
+    let bytes = std::fs::read(env.dir().join("slice.raw"))?;
+    assert!(String::from_utf8_lossy(&bytes).contains(&format!("banlieue-disk:{marker}")), "the URL serves the carried disk with the guest's writes");
+    assert_eq!(fetch(&url, &env.dir().join("again.qcow2")).await?, "404", "a one-time URL works once");
+    assert!(lv.domains(&format!("{}_pv", env.ns))?.is_empty(), "the libvirt source is gone");
+
+    vms.delete("pv", &Default::default()).await?;
+    await_deleted(&vms, "pv").await?;
+    assert_eq!(census(&env, &vc, &pve, lv, "pv").await?, (0, 0, 0));
+    Ok(())
+}
+
+/// GET `url` into `to` with curl (bounded; the server runs on this test's runtime); the HTTP status.
+async fn fetch(url: &str, to: &std::path::Path) -> anyhow::Result<String> {
+    let out = tokio::process::Command::new("curl").args(["-sS", "--max-time", "60", "-o"]).arg(to).args(["-w", "%{http_code}", url]).output().await?;
+    anyhow::ensure!(out.status.success(), "curl {url}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
