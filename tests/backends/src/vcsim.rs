@@ -317,6 +317,23 @@ impl Vcsim {
         Ok((size, body.to_vec()))
     }
 
+    /// Upload `file` to the datastore (`[LocalDS_0] dir/file`) by hand, as a user would with
+    /// curl (`PUT /folder/…` with a session cookie); the HTTP status.
+    pub async fn datastore_put_with_curl(&self, path: &str, file: &std::path::Path) -> anyhow::Result<String> {
+        let (ds, name) = path.strip_prefix('[').and_then(|p| p.split_once("] ")).with_context(|| format!("{path} is not a datastore path"))?;
+        let url = format!("{}/folder/{name}?dcPath=DC0&dsName={ds}", self.url.trim_end_matches("/sdk"));
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--max-time", "3600", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+            .arg(format!("Cookie: vmware_soap_session={}", self.cookie))
+            .arg("-T")
+            .arg(file)
+            .arg(&url)
+            .output()
+            .await?;
+        anyhow::ensure!(out.status.success(), "curl PUT {url}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     /// The MAC addresses of a VM's ethernet cards, in device order.
     pub async fn nic_macs(&self, vm: &str) -> anyhow::Result<Vec<String>> {
         let xml = self.call(&props_request("VirtualMachine", vm, &["config.hardware.device"])).await?;

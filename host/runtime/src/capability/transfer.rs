@@ -322,6 +322,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_disk_larger_than_the_room_left_is_refused_and_zeros_stay_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("root.part")).unwrap();
+        let mut incoming = Incoming { file, hasher: Sha256::new(), total: 0, max: 1 << 20, progress: Arc::default() };
+        incoming.write_all(&vec![0u8; 512 << 10]).unwrap();
+        incoming.write_all(&vec![7u8; 256 << 10]).unwrap();
+        assert_eq!(incoming.total, 768 << 10);
+        let e = incoming.write_all(&vec![7u8; 512 << 10]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(e.to_string().contains("left in the host's image cache"), "{e}");
+        use std::os::unix::fs::MetadataExt;
+        let on_disk = std::fs::metadata(dir.path().join("root.part")).unwrap().blocks() * 512;
+        assert!(on_disk < 512 << 10, "the zeros were not written: {on_disk} bytes allocated");
+    }
+
+    #[test]
     fn a_disk_name_never_leaves_the_export_directory() {
         for good in ["root", "data-1", "scsi0", "disk_2.vmdk"] {
             assert_eq!(disk_file(good).ok().as_deref(), Some(good));
