@@ -73,6 +73,34 @@ async fn moved_to(vms: &Api<VirtualMachine>, name: &str, provider: &str, phases:
     .await
 }
 
+/// vcsim, fakepve and libvirtd each with a Provider (`three_backends`), a control plane, and a
+/// VMClass of one 1 GiB disk.
+struct Three {
+    env: TestEnv,
+    vc: Vcsim,
+    pve: FakePve,
+    lv: &'static Libvirtd,
+    /// The class of one 1 GiB disk; `template_sized` is `three_backends`' (the size of the
+    /// vcsim and fakepve templates' disks, which a VM made from them may not shrink).
+    n: Names,
+    template_sized: Names,
+    vms: Api<VirtualMachine>,
+    _cp: ControlPlane,
+}
+
+impl Three {
+    async fn start(test: &str) -> anyhow::Result<Three> {
+        let env = TestEnv::start(test).await?;
+        env.install_crds().await?;
+        let (vc, pve, lv) = (Vcsim::start().await?, FakePve::start().await?, Libvirtd::shared()?);
+        let _cp = ControlPlane::start(&env)?;
+        let template_sized = three_backends(&env, &vc, &pve, lv).await?;
+        let n = small_class(&env, &template_sized).await?;
+        let vms = Api::namespaced(env.client.clone(), &env.ns);
+        Ok(Three { env, vc, pve, lv, n, template_sized, vms, _cp })
+    }
+}
+
 /// A VMClass of one 1 GiB disk (the smallest a class declares) for the carried test guest.
 async fn small_class(env: &TestEnv, n: &Names) -> anyhow::Result<Names> {
     let class = format!("{}-carry-small", env.ns);
@@ -232,14 +260,8 @@ async fn a_target_that_fails_its_import_leaves_the_source_running_and_unchanged(
 /// `CarryDisks` — never silently recreated — and `Recreate` still makes it afresh elsewhere.
 #[tokio::test]
 async fn a_move_from_a_backend_that_cannot_export_is_refused_and_recreate_still_recreates() -> anyhow::Result<()> {
-    let env = TestEnv::start("carry-refused").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let pve = FakePve::start().await?;
-    let lv = Libvirtd::shared()?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = three_backends(&env, &vc, &pve, lv).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let t = Three::start("carry-refused").await?;
+    let (env, vc, pve, lv, n, vms) = (&t.env, &t.vc, &t.pve, t.lv, &t.template_sized, &t.vms);
     let mut on_pve = vm(&env, "app", &n, PVE, json!({}));
     on_pve["spec"]["placement"]["failureDomainSelector"] = json!({"matchLabels": {"banlieue.io/failure-domain": "pve1"}});
     env.apply(on_pve).await?;
@@ -269,18 +291,12 @@ async fn a_move_from_a_backend_that_cannot_export_is_refused_and_recreate_still_
 /// backend VM at the end of each leg, counted on every backend.
 #[tokio::test]
 async fn a_vm_carries_its_disk_from_libvirt_to_vsphere_and_back() -> anyhow::Result<()> {
-    let env = TestEnv::start("carry-trip").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let pve = FakePve::start().await?;
-    let lv = Libvirtd::shared()?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = small_class(&env, &three_backends(&env, &vc, &pve, lv).await?).await?;
+    let t = Three::start("carry-trip").await?;
+    let (env, vc, pve, lv, n, vms) = (&t.env, &t.vc, &t.pve, t.lv, &t.n, &t.vms);
     // vSphere takes carried disks raw (flat extents), as its class's imageFormat vmdk says.
     let mut class = banlieue_tests::backends::provider_class(&n.provider_class, "provider-vsphere", "VSphere");
     class["spec"]["imageFormat"] = json!("vmdk");
     env.apply(class).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let marker = format!("round-trip-{}", env.ns);
     env.apply(user_data(&env, "trip", &marker)).await?;
     env.apply(vm(&env, "trip", &n, KVM, json!({"userData": {"name": "trip-user-data", "key": "user-data"}, "powerOffMode": "TrySoft"}))).await?;
@@ -328,14 +344,8 @@ async fn a_vm_carries_its_disk_from_libvirt_to_vsphere_and_back() -> anyhow::Res
 /// a qcow2 holding the guest's writes — once, and then no more.
 #[tokio::test]
 async fn a_move_to_proxmox_hands_the_disk_over_through_a_one_time_url() -> anyhow::Result<()> {
-    let env = TestEnv::start("carry-pve").await?;
-    env.install_crds().await?;
-    let vc = Vcsim::start().await?;
-    let pve = FakePve::start().await?;
-    let lv = Libvirtd::shared()?;
-    let _cp = ControlPlane::start(&env)?;
-    let n = small_class(&env, &three_backends(&env, &vc, &pve, lv).await?).await?;
-    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let t = Three::start("carry-pve").await?;
+    let (env, vc, pve, lv, n, vms) = (&t.env, &t.vc, &t.pve, t.lv, &t.n, &t.vms);
     let marker = format!("to-pve-{}", env.ns);
     env.apply(user_data(&env, "pv", &marker)).await?;
     env.apply(vm(&env, "pv", &n, KVM, json!({"userData": {"name": "pv-user-data", "key": "user-data"}, "powerOffMode": "TrySoft"}))).await?;

@@ -2,8 +2,8 @@
 //! backends, against the same bytes moved by hand in the same run:
 //!
 //! For each disk size in BENCH_SIZES_GIB (default `1,4`), BENCH_RUNS times (default 3), a
-//! powered-off VM on libvirtd whose disk is filled with random data (a qcow2 of that virtual
-//! size, every byte written):
+//! powered-off VM on libvirtd whose disk holds random data over its first
+//! min(size, BENCH_DATA_GIB_MAX = 2) GiB and zeros after (a qcow2 of that virtual size):
 //!
 //! 1. **libvirt → libvirt** (two storage pools of libvirtd): the VM's `spec.placement` changed,
 //!    the phases it shows timed through a watch (`Exporting`, `Converting`, `Importing`, then to
@@ -18,7 +18,7 @@
 //! against its RSS before: bounded, whatever the disk's size. Medians.
 //!
 //! `cargo bench -p banlieue-tests --bench moves` (needs root for libvirtd, `guests/build.sh`,
-//! vcsim; about 4 × the disk sizes of free space in /tmp and /var/tmp).
+//! vcsim; about 6 × BENCH_DATA_GIB_MAX GiB free in /tmp and /var/tmp).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,6 +124,7 @@ async fn time_move(vms: &Api<VirtualMachine>, name: &str, provider: &str) -> any
 async fn bench() -> anyhow::Result<()> {
     let sizes: Vec<u64> = std::env::var("BENCH_SIZES_GIB").unwrap_or_else(|_| "1,4".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
     let runs: usize = env_or("BENCH_RUNS", 3);
+    let data_max: u64 = env_or("BENCH_DATA_GIB_MAX", 2);
     let env = TestEnv::start("bench-moves").await?;
     env.install_crds().await?;
     let lv = Libvirtd::shared()?;
@@ -155,14 +156,17 @@ async fn bench() -> anyhow::Result<()> {
         let class = format!("{}-disk-{gib}", env.ns);
         env.apply(vm_class(&class, 1, 256, gib, "standard", 30)).await?;
         let names = Names { provider_class: n.provider_class.clone(), vm_class: class, image: n.image.clone() };
-        // The disk's content: random bytes over its whole virtual size, as a qcow2.
+        // The disk's content: random bytes over its first `data` GiB (all of it, up to
+        // BENCH_DATA_GIB_MAX), zeros after (holes, as in a disk not full), as a qcow2.
+        let data = gib.min(data_max);
         let raw = work.path().join(format!("random-{gib}.raw"));
         let qcow2 = work.path().join(format!("random-{gib}.qcow2"));
-        run("sh", &["-c", &format!("head -c {} /dev/urandom > {}", gib << 30, raw.display())])?;
+        run("sh", &["-c", &format!("head -c {} /dev/urandom > {} && truncate -s {} {}", data << 30, raw.display(), gib << 30, raw.display())])?;
         run("qemu-img", &["convert", "-f", "raw", "-O", "qcow2", &raw.display().to_string(), &qcow2.display().to_string()])?;
         std::fs::remove_file(&raw)?;
         let mut results: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         let mut rss = Vec::new();
+        let mut peaks = Vec::new();
         for r in 0..runs {
             let name = format!("m{gib}g{r}");
             env.apply(vm(&env, &name, &names, KVM, json!({"desiredPowerState": "PoweredOff"}))).await?;
@@ -172,25 +176,31 @@ async fn bench() -> anyhow::Result<()> {
             lv.virsh(&["vol-upload", "--pool", &lv.pool, &volume, &qcow2.display().to_string()])?;
 
             // By hand: the same disk to the other pool, then to vcsim's datastore.
+            // (Each file goes as soon as the next step has it: a 4 GiB disk three times over
+            // does not fit on these machines.)
             let down = work.path().join("down.qcow2");
             let t_down = run("virsh", &["-c", &lv.uri, "vol-download", "--pool", &lv.pool, &volume, &down.display().to_string()])?;
             let conv = work.path().join("conv.qcow2");
             let t_conv = run("qemu-img", &["convert", "-O", "qcow2", &down.display().to_string(), &conv.display().to_string()])?;
+            std::fs::remove_file(&down)?;
             let size = std::fs::metadata(&conv)?.len();
             let by_hand_vol = format!("byhand-{name}.qcow2");
             let t_up = run("virsh", &["-c", &lv.uri, "vol-create-as", &other.name, &by_hand_vol, &size.to_string(), "--format", "raw"])?
                 + run("virsh", &["-c", &lv.uri, "vol-upload", "--pool", &other.name, &by_hand_vol, &conv.display().to_string()])?;
             lv.virsh(&["vol-delete", "--pool", &other.name, &by_hand_vol])?;
             let flat = work.path().join("flat.raw");
-            let t_raw = run("qemu-img", &["convert", "-O", "raw", &down.display().to_string(), &flat.display().to_string()])?;
+            let t_raw = run("qemu-img", &["convert", "-O", "raw", &conv.display().to_string(), &flat.display().to_string()])?;
+            std::fs::remove_file(&conv)?;
             let start = Instant::now();
-            let code = vc.datastore_put_with_curl(&format!("[LocalDS_0] byhand/{name}-flat.vmdk"), &flat).await?;
+            // One file per size, overwritten by each run: vcsim keeps what it is sent until it stops.
+            let code = vc.datastore_put_with_curl(&format!("[LocalDS_0] byhand/{gib}g-flat.vmdk"), &flat).await?;
             anyhow::ensure!(code == "200", "curl upload to vcsim: HTTP {code}");
             let t_curl = start.elapsed();
-            for f in [&down, &conv, &flat] {
-                let _ = std::fs::remove_file(f);
-            }
+            std::fs::remove_file(&flat)?;
             let mib = (gib << 10) as f64;
+            for (what, t) in [("virsh vol-download", t_down), ("qemu-img convert qcow2", t_conv), ("virsh vol-create-as + vol-upload", t_up), ("qemu-img convert raw", t_raw), ("curl PUT to vcsim", t_curl)] {
+                results.entry(format!("by hand: {what} (s)")).or_default().push(t.as_secs_f64());
+            }
             results.entry("by hand: virsh vol-download".into()).or_default().push(mib / t_down.as_secs_f64());
             results.entry("by hand: qemu-img convert qcow2".into()).or_default().push(mib / t_conv.as_secs_f64());
             results.entry("by hand: virsh vol-create-as + vol-upload".into()).or_default().push(mib / t_up.as_secs_f64());
@@ -202,22 +212,29 @@ async fn bench() -> anyhow::Result<()> {
             let before = rss_kib();
             let to_pool = time_move(&vms, &name, "kvm-b").await?;
             let to_vc = time_move(&vms, &name, VCENTER).await?;
-            rss.push(((to_pool.peak_rss_kib.max(to_vc.peak_rss_kib)) as f64 - before as f64) / 1024.0);
+            let peak = to_pool.peak_rss_kib.max(to_vc.peak_rss_kib);
+            rss.push((peak as f64 - before as f64) / 1024.0);
+            peaks.push(peak as f64 / 1024.0);
             for (leg, m) in [("libvirt → libvirt", &to_pool), ("libvirt → vcsim", &to_vc)] {
                 for (phase, secs) in &m.phases {
-                    results.entry(format!("banlieue {leg}: {phase}")).or_default().push(mib / secs.max(1e-3));
+                    results.entry(format!("banlieue {leg}: {phase} (s)")).or_default().push(*secs);
+                    if matches!(*phase, "exporting" | "importing") {
+                        results.entry(format!("banlieue {leg}: {phase}")).or_default().push(mib / secs.max(1e-3));
+                    }
                 }
                 results.entry(format!("banlieue {leg}: total (s)")).or_default().push(m.total);
             }
             vms.delete(&name, &Default::default()).await?;
             banlieue_tests::await_deleted(&vms, &name).await?;
         }
-        println!("\n{gib} GiB disk (random data), medians of {runs}:");
+        std::fs::remove_file(&qcow2)?;
+        println!("\n{gib} GiB disk ({data} GiB of random data), medians of {runs}; MiB/s of the disk's virtual size:");
         for (what, values) in &results {
             let unit = if what.ends_with("(s)") { "s" } else { "MiB/s" };
             println!("  {what:<48} {:>9.1} {unit}", median(values.clone()));
         }
         println!("  {:<48} {:>9.1} MiB", "host RSS growth during the moves (peak)", median(rss));
+        println!("  {:<48} {:>9.1} MiB", "host RSS during the moves (peak)", median(peaks));
     }
     drop(other);
     Ok(())

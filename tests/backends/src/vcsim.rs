@@ -31,6 +31,9 @@ pub struct Vcsim {
     cookie: String,
     /// vcsim's stderr: its log, where NFC uploads say how many bytes they received.
     log: tempfile::NamedTempFile,
+    /// vcsim's TMPDIR, where it makes its datastores (removed with it: disks carried to it
+    /// are real files).
+    _datastores: tempfile::TempDir,
 }
 
 fn repo_root() -> PathBuf {
@@ -85,7 +88,9 @@ impl Vcsim {
         let bin = binary()?;
         let port = free_port();
         let log = tempfile::NamedTempFile::new().context("vcsim log file")?;
+        let datastores = tempfile::tempdir().context("vcsim datastore directory")?;
         let mut child = Command::new(&bin)
+            .env("TMPDIR", datastores.path())
             .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -108,7 +113,7 @@ impl Vcsim {
             .strip_prefix("vcsim listening on ")
             .ok_or_else(|| anyhow!("vcsim exited or printed {line:?} instead of its URL"))?
             .to_string();
-        let mut vcsim = Vcsim { url, child: Some(guard), http: http_client(), cookie: String::new(), log };
+        let mut vcsim = Vcsim { url, child: Some(guard), http: http_client(), cookie: String::new(), log, _datastores: datastores };
         vcsim.cookie = vcsim.login(USERNAME, PASSWORD).await?;
         Ok(vcsim)
     }
