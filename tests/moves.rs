@@ -143,11 +143,13 @@ async fn a_move_between_libvirt_pools_carries_the_guests_writes_through_kills_in
     guest_wrote(&env, lv, &vms, "web", &marker).await?;
 
     patch_spec(&vms, "web", json!({"placement": {"providerRef": {"name": "kvm-b"}}})).await?;
-    let mut phases: Vec<MovePhase> = Vec::new();
+    // Each phase seen, with the seconds since the move began: what a timeout reports.
+    let began = std::time::Instant::now();
+    let mut timeline: Vec<(u64, MovePhase)> = Vec::new();
     let mut kills = 0;
-    let done = banlieue_tests::within(MOVE_SECS, async {
+    let run = banlieue_tests::within(MOVE_SECS, async {
         loop {
-            let seen = phases.last().copied();
+            let seen = timeline.last().map(|(_, p)| *p);
             let next = wait_for(&vms, "web", MOVE_SECS, "the next phase of the move, or its end", move |v: Option<&VirtualMachine>| {
                 let phase = v.and_then(|v| v.status.as_ref()?.moving.as_ref()).map(|m| m.phase);
                 phase.is_some_and(|p| Some(p) != seen) || condition(v, "Moved").is_some_and(|(s, _, _)| s == "True")
@@ -155,7 +157,7 @@ async fn a_move_between_libvirt_pools_carries_the_guests_writes_through_kills_in
             .await?;
             let Some(phase) = next.status.as_ref().and_then(|s| s.moving.as_ref()).map(|m| m.phase) else { return Ok::<_, anyhow::Error>(next) };
             assert_ne!(phase, MovePhase::Failed, "{:?}", next.status);
-            phases.push(phase);
+            timeline.push((began.elapsed().as_secs(), phase));
             // Killed as the phase shows, started again: the move goes on from what the
             // objects and the backends hold.
             cp.kill_and_wait().await;
@@ -166,8 +168,13 @@ async fn a_move_between_libvirt_pools_carries_the_guests_writes_through_kills_in
             cp = ControlPlane::start(&env)?;
         }
     })
-    .await??;
-    let _ = done;
+    .await;
+    if run.is_err() {
+        let status = vms.get_opt("web").await?.and_then(|v| v.status);
+        anyhow::bail!("the move did not end within {MOVE_SECS}s after {kills} kill(s); phases seen (seconds, phase): {timeline:?}; the VM's status: {status:?}");
+    }
+    run??;
+    let phases: Vec<MovePhase> = timeline.iter().map(|(_, p)| *p).collect();
     let moved = wait_for(&vms, "web", MOVE_SECS, "Ready on kvm-b, moved", |v: Option<&VirtualMachine>| {
         is_ready(v) && v.is_some_and(|v| provider_of(v).as_deref() == Some("kvm-b") && v.status.as_ref().is_some_and(|s| s.moving.is_none()))
     })
