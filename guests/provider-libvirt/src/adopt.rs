@@ -13,6 +13,7 @@
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo};
 use banlieue_sdk::provider::{Address, AddressType, FoundMachine, MachinePage, MachineRef, OwnerMark, PowerOff, ProviderConfig, ignore_not_found, page_range, power_off};
+
 use banlieue_sdk::{Error, Result, info, warn};
 
 use crate::{Domain, addresses, naming, spec, volumes_of, xml};
@@ -91,16 +92,23 @@ pub fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) ->
     found(config, &domain)
 }
 
-/// Remove `mark` from the domain of UUID `machine.backend-id`, if it carries that one.
+/// Remove the machine's mark from its domain — an adopted one's owner mark, or the metadata
+/// of one the driver made — and leave the domain as it is. Another's mark is left alone.
 pub fn release(machine: &MachineRef, mark: &OwnerMark) -> Result<()> {
-    let Some(id) = backend_id(machine) else { return Ok(()) };
-    let Some(domain) = by_uuid(id)? else { return Ok(()) };
-    match xml::owner(&libvirt::domain_xml(&domain.name)?) {
+    let domain = match crate::lookup(machine) {
+        Err(Error::NotFound(_)) => return Ok(()),
+        other => other?,
+    };
+    let domain_xml = libvirt::domain_xml(&domain.name)?;
+    match xml::owner(&domain_xml) {
         Some(o) if o.machine_uid == mark.machine_uid => {
-            ignore_not_found(libvirt::domain_set_metadata(&domain.name, xml::OWNER_NS, xml::OWNER_KEY, None))?;
-            info!("let go of libvirt domain {} ({id}), machine {}", domain.name, mark.machine);
+            // An adopted domain's mark is its own element; a made one's, the driver's metadata.
+            let adopted = xml::owner_marked(&domain_xml);
+            let (uri, key) = if adopted { (xml::OWNER_NS, xml::OWNER_KEY) } else { (xml::METADATA_NS, "banlieue") };
+            ignore_not_found(libvirt::domain_set_metadata(&domain.name, uri, key, None))?;
+            info!("let go of libvirt domain {} ({}), machine {}", domain.name, domain.uuid, mark.machine);
         }
-        Some(o) => warn!("not letting go of libvirt domain {} ({id}): it is machine {}'s, not {}'s", domain.name, o.machine, mark.machine),
+        Some(o) => warn!("not letting go of libvirt domain {}: it is machine {}'s, not {}'s", domain.name, o.machine, mark.machine),
         None => {}
     }
     Ok(())

@@ -265,6 +265,11 @@ pub fn owner_mark(mark: &OwnerMark) -> Result<String> {
     ))
 }
 
+/// Whether the domain carries an adoption mark (not only the metadata of a domain the driver made).
+pub fn owner_marked(domain_xml: &str) -> bool {
+    opening(domain_xml, &format!("{OWNER_KEY}:owner")).is_some()
+}
+
 /// Who the domain is banlieue's for: its adoption mark, else the machine the driver made it
 /// for (its metadata's UID, namespace and name; no installation recorded).
 pub fn owner(domain_xml: &str) -> Option<OwnerMark> {
