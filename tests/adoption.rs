@@ -6,8 +6,10 @@
 
 use anyhow::Context as _;
 use banlieue_api::VirtualMachine;
+use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::Libvirtd;
-use banlieue_tests::backends::{libvirtd_fixtures, machines, KVM};
+use banlieue_test_backends::vcsim::{self, Vcsim};
+use banlieue_tests::backends::{libvirtd_fixtures, machines, proxmox_fixtures, vsphere_fixtures, PveEndpoint, KVM, PVE, VCENTER};
 use banlieue_tests::control::{kubectl_vm, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -172,5 +174,127 @@ async fn bad_adoptions_name_what_is_wrong_and_make_nothing() -> anyhow::Result<(
         vms.delete(name, &DeleteParams::default()).await?;
         await_deleted(&vms, name).await?;
     }
+    Ok(())
+}
+
+/// Discover, adopt, power, release, adopt again and delete one VM of a backend other than
+/// libvirt; `backend` checks each step on the backend's own API.
+async fn round_trip(env: &TestEnv, provider: &str, class: &str, backend_id: &str, backend: &impl Backend) -> anyhow::Result<()> {
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let (code, out, err) = kubectl_vm(env, &["discover", "--provider", provider]).await?;
+    anyhow::ensure!(code == 0 && out.contains(backend_id), "discover lists {backend_id}: {code} {out} {err}");
+
+    env.apply(adopting(env, "legacy", class, provider, backend_id, json!({"powerOffMode": "Hard"}))).await?;
+    wait_for(&vms, "legacy", SECS, "Ready, adopted", |v: Option<&VirtualMachine>| ready(v)).await?;
+    let machine_uid = machines(env, backend.kind()).get("legacy").await?.uid().unwrap_or_default();
+    assert_eq!(backend.owner(backend_id).await?.as_deref(), Some(machine_uid.as_str()), "marked with the Machine's UID");
+    assert_eq!(backend.power(backend_id).await?, "on", "the same VM, left running");
+
+    vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
+    wait_for(&vms, "legacy", SECS, "PoweredOff", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOff)).await?;
+    assert_eq!(backend.power(backend_id).await?, "off", "powered off through banlieue");
+    vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOn"}}))).await?;
+    wait_for(&vms, "legacy", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
+    assert_eq!(backend.power(backend_id).await?, "on");
+
+    let (code, out, err) = kubectl_vm(env, &["release", "legacy", "--wait", "--timeout", "120"]).await?;
+    anyhow::ensure!(code == 0, "kubectl vm release: {code} {out} {err}");
+    assert_eq!(backend.owner(backend_id).await?, None, "released: the mark is gone");
+    assert_eq!(backend.power(backend_id).await?, "on", "released: still there, running");
+
+    env.apply(adopting(env, "again", class, provider, backend_id, json!({"powerOffMode": "Hard"}))).await?;
+    wait_for(&vms, "again", SECS, "Ready, adopted again", |v: Option<&VirtualMachine>| ready(v)).await?;
+    vms.delete("again", &DeleteParams::default()).await?;
+    await_deleted(&vms, "again").await?;
+    assert!(!backend.exists(backend_id).await?, "deleted with the default policy");
+    Ok(())
+}
+
+/// What the round trip checks on a backend's own API.
+trait Backend {
+    /// The `<Kind>` of its Machines.
+    fn kind(&self) -> &'static str;
+    /// The machine UID its mark names, if it carries one.
+    async fn owner(&self, id: &str) -> anyhow::Result<Option<String>>;
+    /// `on` or `off`.
+    async fn power(&self, id: &str) -> anyhow::Result<String>;
+    async fn exists(&self, id: &str) -> anyhow::Result<bool>;
+}
+
+struct OnVcsim<'a>(&'a Vcsim);
+
+impl Backend for OnVcsim<'_> {
+    fn kind(&self) -> &'static str {
+        "VSphere"
+    }
+    async fn owner(&self, id: &str) -> anyhow::Result<Option<String>> {
+        let vm = self.0.find_vm(id).await?.context("the VM")?;
+        Ok(self.0.extra_config(&vm, "banlieue.owner.machine-uid").await?.filter(|v| !v.is_empty()))
+    }
+    async fn power(&self, id: &str) -> anyhow::Result<String> {
+        let vm = self.0.find_vm(id).await?.context("the VM")?;
+        Ok(if self.0.power_state(&vm).await? == "poweredOn" { "on" } else { "off" }.into())
+    }
+    async fn exists(&self, id: &str) -> anyhow::Result<bool> {
+        Ok(self.0.find_vm(id).await?.is_some())
+    }
+}
+
+struct OnFakePve<'a>(&'a FakePve);
+
+impl OnFakePve<'_> {
+    async fn node_of(&self, id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.0.vms().await?.into_iter().find(|v| v.vmid.to_string() == id).map(|v| v.node))
+    }
+}
+
+impl Backend for OnFakePve<'_> {
+    fn kind(&self) -> &'static str {
+        "Proxmox"
+    }
+    async fn owner(&self, id: &str) -> anyhow::Result<Option<String>> {
+        let node = self.node_of(id).await?.context("the VM")?;
+        let config = self.0.vm_config(&node, id.parse()?).await?;
+        let description = config["description"].as_str().unwrap_or_default().to_string();
+        Ok(description.lines().find_map(|l| l.strip_prefix("banlieue-owner: ")).and_then(|m| m.split_whitespace().find_map(|kv| kv.strip_prefix("machine-uid=")).map(str::to_string)))
+    }
+    async fn power(&self, id: &str) -> anyhow::Result<String> {
+        let node = self.node_of(id).await?.context("the VM")?;
+        let status = self.0.vm_status(&node, id.parse()?).await?;
+        Ok(if status["status"] == "running" { "on" } else { "off" }.into())
+    }
+    async fn exists(&self, id: &str) -> anyhow::Result<bool> {
+        Ok(self.node_of(id).await?.is_some())
+    }
+}
+
+#[tokio::test]
+async fn a_vm_cloned_over_vim25_is_adopted_managed_released_and_deleted_on_vcsim() -> anyhow::Result<()> {
+    let env = TestEnv::start("adopt-vc").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let moref = vc.clone_outside(&format!("legacy-{}", env.ns)).await?;
+    let uuid = vc.vm_property(&moref, "config.instanceUuid").await?.context("an instance UUID")?;
+    round_trip(&env, VCENTER, &n.vm_class, &uuid, &OnVcsim(&vc)).await?;
+    // Never recreated: the one VM of that name, until it was deleted.
+    assert!(vc.vm_names().await?.iter().all(|name| !name.starts_with(&format!("{}_", env.ns))), "banlieue made no VM of its own");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_vm_created_over_the_pve_api_is_adopted_managed_released_and_deleted_on_fakepve() -> anyhow::Result<()> {
+    let env = TestEnv::start("adopt-pve").await?;
+    env.install_crds().await?;
+    let pve = FakePve::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = proxmox_fixtures(&env, &pve, &pve.password, PveEndpoint::Https).await?;
+    let vmid = "4242";
+    pve.run_task("pve1", "POST", "/nodes/pve1/qemu", &[("vmid", vmid), ("name", "legacy-db"), ("memory", "512"), ("cores", "1"), ("description", "the billing database")]).await?;
+    pve.run_task("pve1", "POST", &format!("/nodes/pve1/qemu/{vmid}/status/start"), &[]).await?;
+    let before = pve.vms().await?.len();
+    round_trip(&env, PVE, &n.vm_class, vmid, &OnFakePve(&pve)).await?;
+    assert_eq!(pve.vms().await?.len(), before - 1, "banlieue made no VM of its own; the adopted one was deleted");
     Ok(())
 }

@@ -43,7 +43,12 @@ pub async fn discover(ctx: &Context, b: &Backend, requested: String, features: &
                 return found;
             }
         };
-        found.machines.extend(listed.machines.iter().map(discovered));
+        // Pages are cut by offset: a VM made or removed meanwhile may shift one onto the next page too.
+        for m in &listed.machines {
+            if !found.machines.iter().any(|f| f.backend_id == m.backend_id) {
+                found.machines.push(discovered(m));
+            }
+        }
         if found.machines.len() > MAX_DISCOVERED || (found.machines.len() == MAX_DISCOVERED && listed.next.is_some()) {
             found.machines.truncate(MAX_DISCOVERED);
             found.truncated = true;
