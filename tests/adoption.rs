@@ -7,7 +7,7 @@
 use anyhow::Context as _;
 use banlieue_api::VirtualMachine;
 use banlieue_test_backends::fakepve::FakePve;
-use banlieue_test_backends::libvirtd::Libvirtd;
+use banlieue_test_backends::libvirtd::{Leftovers, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{libvirtd_fixtures, machines, proxmox_fixtures, vsphere_fixtures, PveEndpoint, KVM, PVE, VCENTER};
 use banlieue_tests::control::{kubectl_vm, wait_for, ControlPlane};
@@ -40,8 +40,10 @@ fn adopting(env: &TestEnv, name: &str, class: &str, provider: &str, backend_id: 
 }
 
 /// A domain banlieue did not make: one qcow2 volume of the test pool, defined and started with
-/// virsh (it runs its firmware, finding nothing to boot: running is all this needs).
-fn define_by_hand(lv: &Libvirtd, env: &TestEnv, name: &str) -> anyhow::Result<String> {
+/// virsh (it runs its firmware, finding nothing to boot: running is all this needs). Its UUID,
+/// and what removes it (and its volume) however the test ends.
+fn define_by_hand(lv: &'static Libvirtd, env: &TestEnv, name: &str) -> anyhow::Result<(String, Leftovers)> {
+    let leftovers = Leftovers { lv, prefix: name.to_string(), volumes: vec![name.to_string()] };
     let volume = format!("{name}.qcow2");
     lv.virsh(&["vol-create-as", &lv.pool, &volume, "64M", "--format", "qcow2"])?;
     let xml = format!(
@@ -55,7 +57,7 @@ fn define_by_hand(lv: &Libvirtd, env: &TestEnv, name: &str) -> anyhow::Result<St
     std::fs::write(&file, xml)?;
     lv.virsh(&["define", &file.display().to_string()])?;
     lv.virsh(&["start", name])?;
-    lv.uuid(name)
+    Ok((lv.uuid(name)?, leftovers))
 }
 
 /// The owner mark libvirt holds for the domain, as `virsh metadata` reads it (empty: none).
@@ -71,7 +73,7 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     let _cp = ControlPlane::start(&env)?;
     let n = libvirtd_fixtures(&env, lv).await?;
     let legacy = format!("legacy-{}", env.ns);
-    let uuid = define_by_hand(lv, &env, &legacy)?;
+    let (uuid, _leftovers) = define_by_hand(lv, &env, &legacy)?;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
 
     // Discovered: listed as unmanaged, with what it has.
@@ -137,6 +139,42 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     await_deleted(&vms, "again").await?;
     assert!(lv.domains(&legacy)?.is_empty(), "deleted with the default policy");
     assert!(!lv.volumes(&legacy)?.contains(&format!("{legacy}.qcow2")), "with its disk");
+    Ok(())
+}
+
+/// banlieue killed as soon as the mark is on the domain (before, or just after, the Machine's
+/// status says so): the rerun finishes the adoption with the same mark, and makes nothing.
+#[tokio::test]
+async fn a_kill_right_after_marking_finishes_the_adoption_on_rerun_with_one_mark() -> anyhow::Result<()> {
+    let env = TestEnv::start("adopt-kill").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let mut cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let legacy = format!("legacy-{}", env.ns);
+    let (uuid, _leftovers) = define_by_hand(lv, &env, &legacy)?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(adopting(&env, "web", &n.vm_class, KVM, &uuid, json!({"powerOffMode": "Hard"}))).await?;
+    // The backend's word, polled (libvirt has no event for a metadata change).
+    banlieue_tests::within(SECS, async {
+        while !mark(lv, &legacy).contains("machine-uid") {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .context("the mark never appeared")?;
+    cp.kill_and_wait().await;
+    let _cp = ControlPlane::start(&env)?;
+    wait_for(&vms, "web", SECS, "Ready after the rerun", |v: Option<&VirtualMachine>| ready(v)).await?;
+    let machine_uid = machines(&env, "Libvirt").get("web").await?.uid().unwrap_or_default();
+    let xml = lv.virsh(&["dumpxml", &legacy])?;
+    assert_eq!(xml.matches("machine-uid=").count(), 1, "one mark: {xml}");
+    assert!(xml.contains(&format!("machine-uid=\"{machine_uid}\"")), "{xml}");
+    assert_eq!((lv.uuid(&legacy)?, lv.state(&legacy)?), (uuid, "running".to_string()));
+    assert!(lv.domains(&format!("{}_", env.ns))?.is_empty(), "nothing was made");
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}}))).await?;
+    vms.delete("web", &DeleteParams::default()).await?;
+    await_deleted(&vms, "web").await?;
     Ok(())
 }
 
