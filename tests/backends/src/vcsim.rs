@@ -85,13 +85,19 @@ fn texts(xml: &str, name: &str) -> anyhow::Result<Vec<String>> {
 impl Vcsim {
     /// Start vcsim on a free port and log in; fails (never skips) if the binary is missing.
     pub async fn start() -> anyhow::Result<Vcsim> {
+        Self::start_with_vms(0).await
+    }
+
+    /// [`start`](Self::start) with `per_host` VMs on its standalone host and in its cluster's
+    /// resource pool each (0: the model's two), for benchmarks at scale.
+    pub async fn start_with_vms(per_host: usize) -> anyhow::Result<Vcsim> {
         let bin = binary()?;
         let port = free_port();
         let log = tempfile::NamedTempFile::new().context("vcsim log file")?;
         let datastores = tempfile::tempdir().context("vcsim datastore directory")?;
         let mut child = Command::new(&bin)
             .env("TMPDIR", datastores.path())
-            .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE])
+            .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE, "-vm", &per_host.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log.reopen().context("vcsim log file")?)
