@@ -9,7 +9,8 @@
 //! - An adopted machine is found by its UUID (`machine-ref.backend-id`), and only while it carries
 //!   its machine's mark ([`lookup`]): one let go of, or taken by another, is not found.
 //! - `delete` of an adopted domain powers it off, undefines it and deletes the pool volumes its
-//!   disks are (not its backing images, not disks that are plain files outside any pool).
+//!   disks are (not its backing images, not disks that are plain files outside any pool, not
+//!   read-only ones but the seed of a domain banlieue once made).
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo};
 use banlieue_sdk::provider::{Address, AddressType, FoundMachine, MachinePage, MachineRef, OwnerMark, PowerOff, ProviderConfig, ignore_not_found, page_range, power_off};
@@ -126,7 +127,10 @@ pub fn delete(machine: &MachineRef, id: &str, off: &PowerOff) -> Result<()> {
     }
     ignore_not_found(libvirt::domain_undefine(&domain.name)).map_err(|e| e.context(format!("undefining libvirt domain {}", domain.name)))?;
     info!("undefined adopted libvirt domain {} ({id})", domain.name);
-    for d in hw.disks.iter().filter(|d| !d.readonly && !d.pool.is_empty()) {
+    // Read-only disks (an installer ISO a pool shares) stay, but for a seed banlieue made for
+    // the domain when it made it (named after the domain).
+    let seed_prefix = format!("{}_", domain.name);
+    for d in hw.disks.iter().filter(|d| !d.pool.is_empty() && (!d.readonly || d.volume.starts_with(&seed_prefix))) {
         ignore_not_found(libvirt::volume_delete(&d.pool, &d.volume)).map_err(|e| e.context(format!("deleting volume {} in pool {}", d.volume, d.pool)))?;
         info!("deleted volume {} in pool {}", d.volume, d.pool);
     }
