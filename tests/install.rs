@@ -230,8 +230,7 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
     wait_for(&pools, "fleet", 90, "1 Ready member", members(1)).await?;
     let snaps = exercise_snapshots(&env.client, ns, |o| env.own(o)).await?;
 
-    vms.delete("web", &DeleteParams::default()).await?;
-    await_deleted(&vms, "web").await?;
+    exercise_adoption(&env.client, ns, &domain, |o| env.own(o)).await?;
     assert_eq!(state(&domain).await?, None, "the domain is gone");
     assert!(snaps.get_opt("before").await?.is_none(), "the VM's snapshot went first");
 
@@ -248,6 +247,33 @@ async fn each_role_runs_a_vm_with_only_its_rbac_rules_and_reads_only_referenced_
 
     let log: Vec<Request> = env.embedded().expect("embedded").audit_log().into_iter().map(Request::from).collect();
     least_privilege(&log, &rbac)
+}
+
+/// Adoption under the roles' own RBAC: VM `web` let go of (`deletionPolicy: Orphan`: its
+/// domain `domain` stays), discovered on Provider `a`, adopted again as `web-again`, which is
+/// deleted with its domain.
+async fn exercise_adoption(client: &kube::Client, ns: &str, domain: &str, own: impl Fn(Value) -> Value) -> anyhow::Result<()> {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}}))).await?;
+    vms.delete("web", &DeleteParams::default()).await?;
+    banlieue_tests::within(180, await_deleted(&vms, "web")).await??;
+    let providers: Api<banlieue_api::Provider> = Api::namespaced(client.clone(), ns);
+    let patch = json!({"metadata": {"annotations": {banlieue_api::provider::DISCOVER_ANNOTATION: "released"}}});
+    providers.patch("a", &PatchParams::default(), &Patch::Merge(patch)).await?;
+    let answered = |p: Option<&banlieue_api::Provider>| p.and_then(|p| p.status.as_ref()?.discovery.as_ref()).is_some_and(|d| d.requested == "released");
+    let a = wait_for(&providers, "a", 60, "the discovery", answered).await?;
+    let found = a.status.and_then(|s| s.discovery).map(|d| d.machines).unwrap_or_default();
+    let web = found.iter().find(|m| m.name == domain).ok_or_else(|| anyhow::anyhow!("{domain} is not discovered: {found:?}"))?;
+    assert!(web.owner.is_none(), "released, so unmanaged: {web:?}");
+    let again = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web-again", "namespace": ns},
+                       "spec": {"classRef": {"name": format!("{ns}-small")}, "placement": {"providerRef": {"name": "a"}},
+                                "adopt": {"backendId": web.backend_id}, "powerOffMode": "Hard"}});
+    vms.patch("web-again", &PatchParams::apply("test").force(), &Patch::Apply(own(again))).await?;
+    let ready = |v: Option<&VirtualMachine>| v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    wait_for(&vms, "web-again", 120, "Ready, adopted", ready).await?;
+    vms.delete("web-again", &DeleteParams::default()).await?;
+    banlieue_tests::within(180, await_deleted(&vms, "web-again")).await??;
+    Ok(())
 }
 
 /// Snapshots under the roles' own RBAC: one of VM `web` taken and reverted to (the provider
@@ -450,8 +476,7 @@ async fn on_a_real_cluster_each_role_runs_with_its_own_service_account_token_and
     wait_for(&pools, "fleet", 180, "1 Ready member", members(1)).await?;
     // The default installation's objects are unlabelled.
     let snaps = exercise_snapshots(&env.client, ns, |o| o).await?;
-    vms.delete("web", &DeleteParams::default()).await?;
-    banlieue_tests::within(180, await_deleted(&vms, "web")).await??;
+    exercise_adoption(&env.client, ns, &domain, |o| o).await?;
     assert!(lv.domains(&domain)?.is_empty(), "the domain is gone");
     assert!(snaps.get_opt("before").await?.is_none(), "the VM's snapshot went first");
 

@@ -2,25 +2,12 @@
 //! `PATH`; each command's output and exit code are checked, and what it changed is
 //! checked on the backend (libvirt's test driver) and on the objects.
 
-use std::process::Output;
-
 use banlieue_api::VirtualMachine;
 use banlieue_libvirt::DomainState;
-use banlieue_tests::control::{libvirt_fixtures, path_with_workspace_binaries, wait_for, ControlPlane};
+use banlieue_tests::control::{kubectl_vm, libvirt_fixtures, wait_for, ControlPlane};
 use banlieue_tests::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
-
-/// `kubectl vm ARGS…` through kubectl's plugin lookup.
-async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let path = path_with_workspace_binaries();
-    let plugin = std::path::Path::new(path.split(':').next().unwrap_or_default()).join("kubectl-vm");
-    anyhow::ensure!(plugin.exists(), "{} is not built: cargo build -p kubectl-vm", plugin.display());
-    let mut full = vec!["vm"];
-    full.extend_from_slice(args);
-    let out: Output = env.kubectl_raw(&full, None, &[("PATH", &path)]).await?;
-    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
-}
 
 async fn fixtures(env: &TestEnv) -> anyhow::Result<()> {
     libvirt_fixtures(env, &[("a", "test:///default")]).await

@@ -7,8 +7,8 @@
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
     Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase,
-    ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic,
-    NicStatus, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    FoundMachine, ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus,
+    Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 pub use crate::{Error, Result};
 
@@ -18,7 +18,7 @@ pub const CONTRACT_VERSION: &str = "0.6.0";
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
     /// What the driver does beyond the calls every driver answers (the host refuses the rest
-    /// before calling): [`SNAPSHOTS`], [`DISK_EXPORT`], [`DISK_IMPORT`].
+    /// before calling): [`SNAPSHOTS`], [`DISK_EXPORT`], [`DISK_IMPORT`], [`ADOPT`].
     const FEATURES: &'static [&'static str] = &[];
     /// Check the connection; report failure domains and free capacity.
     fn probe(config: &ProviderConfig) -> Result<Inventory>;
@@ -71,6 +71,18 @@ pub trait Driver {
     fn snapshot_delete(_config: &ProviderConfig, machine: &MachineRef, _id: &str) -> Result<()> {
         Err(no_snapshots(machine))
     }
+    /// One page of the machines in the Provider's scope (`page`: the previous page's `next`).
+    fn list_machines(_config: &ProviderConfig, _page: Option<&str>) -> Result<MachinePage> {
+        Err(Error::InvalidSpec("this driver does not list the backend's machines".into()))
+    }
+    /// Stamp `mark` on machine `machine.backend_id` unless it carries one; return it as found.
+    fn adopt(_config: &ProviderConfig, machine: &MachineRef, _mark: &OwnerMark) -> Result<FoundMachine> {
+        Err(Error::InvalidSpec(format!("this driver does not adopt machines (machine {})", machine.name)))
+    }
+    /// Remove `mark` from machine `machine.backend_id`, leaving it as it is; gone is success.
+    fn release(_config: &ProviderConfig, machine: &MachineRef, _mark: &OwnerMark) -> Result<()> {
+        Err(Error::InvalidSpec(format!("this driver does not adopt machines (machine {})", machine.name)))
+    }
 }
 
 /// The feature of a driver that takes, lists, reverts and deletes snapshots.
@@ -79,6 +91,20 @@ pub const SNAPSHOTS: &str = "snapshots";
 pub const DISK_EXPORT: &str = "disk-export";
 /// The feature of a driver that makes machines from disks carried from another backend.
 pub const DISK_IMPORT: &str = "disk-import";
+/// The feature of a driver that lists the backend's machines, adopts and releases them.
+pub const ADOPT: &str = "adopt";
+
+/// Which page of `total` items `page` asks for, `size` to a page: the items' range and the
+/// next page's token (`none` after the last). A token that is not one this gives is refused.
+pub fn page_range(page: Option<&str>, total: usize, size: usize) -> Result<(std::ops::Range<usize>, Option<String>)> {
+    let start = match page {
+        None => 0,
+        Some(p) => p.parse::<usize>().map_err(|_| Error::InvalidSpec(format!("page token {p:?} is not one this driver gave")))?,
+    };
+    let start = start.min(total);
+    let end = start.saturating_add(size.max(1)).min(total);
+    Ok((start..end, (end < total).then(|| end.to_string())))
+}
 
 /// What a driver that takes no snapshots answers.
 fn no_snapshots(machine: &MachineRef) -> Error {
@@ -238,8 +264,34 @@ macro_rules! export_provider {
                 fn snapshot_delete(config: wit::ProviderConfig, machine: wit::MachineRef, id: ::std::string::String) -> ::core::result::Result<(), wit::Error> {
                     D::snapshot_delete(&config, &machine, &id)
                 }
+                fn list_machines(config: wit::ProviderConfig, page: ::core::option::Option<::std::string::String>) -> ::core::result::Result<wit::MachinePage, wit::Error> {
+                    D::list_machines(&config, page.as_deref())
+                }
+                fn adopt(config: wit::ProviderConfig, machine: wit::MachineRef, mark: wit::OwnerMark) -> ::core::result::Result<wit::FoundMachine, wit::Error> {
+                    D::adopt(&config, &machine, &mark)
+                }
+                fn release(config: wit::ProviderConfig, machine: wit::MachineRef, mark: wit::OwnerMark) -> ::core::result::Result<(), wit::Error> {
+                    D::release(&config, &machine, &mark)
+                }
             }
             $crate::bindings::provider::export_provider_world!(Exported with_types_in $crate::bindings::provider);
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_cover_every_item_once_and_refuse_foreign_tokens() {
+        let (r, next) = page_range(None, 250, 100).unwrap();
+        assert_eq!((r, next.as_deref()), (0..100, Some("100")));
+        let (r, next) = page_range(Some("200"), 250, 100).unwrap();
+        assert_eq!((r, next), (200..250, None));
+        let (r, next) = page_range(Some("999"), 250, 100).unwrap();
+        assert_eq!((r, next), (250..250, None), "past the end: empty, last");
+        assert!(matches!(page_range(Some("x"), 250, 100), Err(Error::InvalidSpec(_))));
+        assert_eq!(page_range(None, 0, 100).unwrap(), (0..0, None));
+    }
 }

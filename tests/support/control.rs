@@ -28,6 +28,17 @@ pub fn path_with_workspace_binaries() -> String {
 
 pub use banlieue_test_backends::guests_dist;
 
+/// `kubectl vm ARGS…` through kubectl's plugin lookup: (exit code, stdout, stderr).
+pub async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let path = path_with_workspace_binaries();
+    let plugin = std::path::Path::new(path.split(':').next().unwrap_or_default()).join("kubectl-vm");
+    anyhow::ensure!(plugin.exists(), "{} is not built: cargo build -p kubectl-vm", plugin.display());
+    let mut full = vec!["vm"];
+    full.extend_from_slice(args);
+    let out = env.kubectl_raw(&full, None, &[("PATH", &path)]).await?;
+    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
 /// A running set of roles; dropped or [`kill`](Self::kill)ed like a killed process.
 pub struct ControlPlane {
     /// The context of the process running the provider role (whose libvirt

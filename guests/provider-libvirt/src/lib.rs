@@ -72,6 +72,9 @@
 //!   on it (`snapshot-redefine`, embedding its own definition), reverted to, deleted, the mark
 //!   removed; then hardware and power as for any machine. Always a full copy. A `create` of a
 //!   domain still marked is `unavailable`.
+//! - `list-machines`, `adopt`, `release` ([`adopt`]): every domain is listed by UUID; an adopted
+//!   one carries an owner mark in a `<metadata>` element of its own, is found by its UUID while
+//!   it carries its machine's mark, and is otherwise left as it was made.
 //! - `delete-image`: deletes the volume at the reported path, if its name is one this driver
 //!   gives imports of that VMImage (`image@{vmimage}@…`); already gone is success.
 
@@ -83,6 +86,7 @@ use banlieue_sdk::provider::{
 use banlieue_sdk::transfer;
 use banlieue_sdk::{Error, info, warn};
 
+pub mod adopt;
 pub mod carry;
 pub mod clone;
 pub mod naming;
@@ -105,8 +109,13 @@ fn find(name: &str) -> Result<Option<DomainInfo>> {
     }
 }
 
-/// The machine's domain, or `not-found` (also when the name is taken by another machine's domain).
+/// The machine's domain, or `not-found` (also when the name is taken by another machine's
+/// domain, or an adopted domain no longer carries the machine's mark). Every call that is
+/// given a machine finds its domain here.
 fn lookup(machine: &MachineRef) -> Result<DomainInfo> {
+    if let Some(id) = adopt::backend_id(machine) {
+        return adopt::lookup(machine, id);
+    }
     naming::check_machine(&machine.namespace, &machine.name)?;
     let name = naming::domain_name(&machine.namespace, &machine.name);
     match find(&name)? {
@@ -390,7 +399,8 @@ fn addresses(domain: &DomainInfo, virt_type: &str) -> Vec<libvirt::InterfaceAddr
 }
 
 impl Driver for Libvirt {
-    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT];
+    const FEATURES: &'static [&'static str] =
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let node = libvirt::node_info()?;
@@ -439,6 +449,9 @@ impl Driver for Libvirt {
     }
 
     fn delete(_config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {
+        if let Some(id) = adopt::backend_id(machine) {
+            return adopt::delete(machine, id, off);
+        }
         naming::check_machine(&machine.namespace, &machine.name)?;
         let name = naming::domain_name(&machine.namespace, &machine.name);
         if let Some(domain) = find(&name)? {
@@ -515,6 +528,18 @@ impl Driver for Libvirt {
 
     fn disk_export(_config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
         carry::export(machine)
+    }
+
+    fn list_machines(config: &ProviderConfig, page: Option<&str>) -> Result<banlieue_sdk::provider::MachinePage> {
+        adopt::list(config, page)
+    }
+
+    fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &banlieue_sdk::provider::OwnerMark) -> Result<banlieue_sdk::provider::FoundMachine> {
+        adopt::adopt(config, machine, mark)
+    }
+
+    fn release(_config: &ProviderConfig, machine: &MachineRef, mark: &banlieue_sdk::provider::OwnerMark) -> Result<()> {
+        adopt::release(machine, mark)
     }
 
     fn disk_import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {

@@ -3,13 +3,18 @@
 
 use std::fmt::Write as _;
 
-use banlieue_sdk::provider::{Firmware, Machine, UserDataFormat};
+use banlieue_sdk::provider::{Firmware, Machine, OwnerMark, UserDataFormat};
 use banlieue_sdk::{Error, Result};
 
 use crate::naming;
 
 /// The XML namespace of the `<metadata>` element the driver writes.
 pub const METADATA_NS: &str = "https://banlieue.io/libvirt/v1";
+/// The XML namespace of an adopted domain's owner mark: an element of its own, so setting
+/// and removing it touches nothing else of the domain.
+pub const OWNER_NS: &str = "https://banlieue.io/libvirt/owner/v1";
+/// The prefix libvirt writes the owner mark with.
+pub const OWNER_KEY: &str = "banlieue-owner";
 
 pub use banlieue_sdk::xml::escape;
 
@@ -248,6 +253,41 @@ pub fn without_restore_marker(domain_xml: &str) -> String {
         _ => rest.find("</banlieue:restore>").map_or(rest.len(), |e| e + "</banlieue:restore>".len()),
     };
     format!("{}{}", &domain_xml[..start], &domain_xml[start + end..])
+}
+
+/// The owner mark element for `virDomainSetMetadata`.
+pub fn owner_mark(mark: &OwnerMark) -> Result<String> {
+    Ok(format!(
+        "<owner machine-uid='{}' machine='{}' installation='{}'/>",
+        text("machine uid", &mark.machine_uid)?,
+        text("machine", &mark.machine)?,
+        text("installation", &mark.installation)?
+    ))
+}
+
+/// Whether the domain carries an adoption mark (not only the metadata of a domain the driver made).
+pub fn owner_marked(domain_xml: &str) -> bool {
+    opening(domain_xml, &format!("{OWNER_KEY}:owner")).is_some()
+}
+
+/// Who the domain is banlieue's for: its adoption mark, else the machine the driver made it
+/// for (its metadata's UID, namespace and name; no installation recorded).
+pub fn owner(domain_xml: &str) -> Option<OwnerMark> {
+    let unescaped = |v: Option<&str>| v.map(banlieue_sdk::xml::unescape).unwrap_or_default();
+    if let Some(mark) = opening(domain_xml, &format!("{OWNER_KEY}:owner")) {
+        return Some(OwnerMark {
+            machine_uid: unescaped(attribute(mark, "machine-uid")),
+            machine: unescaped(attribute(mark, "machine")),
+            installation: unescaped(attribute(mark, "installation")),
+        });
+    }
+    let (_, uid) = element(domain_xml, "banlieue:uid")?;
+    let part = |tag| element(domain_xml, tag).map(|(_, t)| banlieue_sdk::xml::unescape(t.trim())).unwrap_or_default();
+    Some(OwnerMark {
+        machine_uid: banlieue_sdk::xml::unescape(uid.trim()),
+        machine: format!("{}/{}", part("banlieue:namespace"), part("banlieue:name")),
+        installation: String::new(),
+    })
 }
 
 /// The MAC addresses of the domain's interfaces, in document order.
@@ -635,6 +675,19 @@ pub(crate) mod tests {
             cloned_volume("ns_vm_root.qcow2", 1 << 30).unwrap(),
             "<volume><name>ns_vm_root.qcow2</name><capacity unit='bytes'>1073741824</capacity><target><format type='qcow2'/></target></volume>"
         );
+    }
+
+    #[test]
+    fn the_owner_is_the_adoption_mark_else_the_machine_the_domain_was_made_for() {
+        let mark = OwnerMark { machine_uid: "u-1".into(), machine: "ns/web".into(), installation: "c1/a&b".into() };
+        assert_eq!(owner_mark(&mark).unwrap(), "<owner machine-uid='u-1' machine='ns/web' installation='c1/a&amp;b'/>");
+        // As libvirt dumps a mark set with virDomainSetMetadata.
+        let dumped = "<domain type='kvm'>\n  <name>legacy</name>\n  <metadata>\n    <banlieue-owner:owner xmlns:banlieue-owner=\"https://banlieue.io/libvirt/owner/v1\" machine-uid=\"u-1\" machine=\"ns/web\" installation=\"c1/a&amp;b\"/>\n  </metadata>\n</domain>";
+        assert_eq!(owner(dumped), Some(mark));
+        let made = domain("qemu", &machine(), Extras::default()).unwrap();
+        let o = owner(&made).unwrap();
+        assert_eq!((o.machine_uid.as_str(), o.machine.as_str(), o.installation.as_str()), (machine().uid.as_str(), "ns/vm", ""));
+        assert_eq!(owner("<domain><name>by-hand</name><metadata><other:x xmlns:other='o'/></metadata></domain>"), None);
     }
 
     #[test]

@@ -11,6 +11,9 @@ use serde_json::Value;
 pub const UID_TAG_PREFIX: &str = "banlieue-";
 /// Line of the VM description that carries the Machine UID (set by the clone itself).
 pub const UID_LINE_PREFIX: &str = "banlieue-uid: ";
+/// Line of the VM description that names the Machine (`namespace/name`), for people and for
+/// the owner [`crate::adopt`] reports for a VM this driver made.
+pub const MACHINE_LINE_PREFIX: &str = "banlieue machine ";
 
 /// Percent-encode everything but RFC 3986 unreserved characters (as JavaScript's
 /// `encodeURIComponent`, which PVE expects for `sshkeys`, and safe for forms and paths).
@@ -160,14 +163,14 @@ pub fn with_only_uid_tag(tags: &str, uid: &str) -> String {
 }
 
 /// Whether `s` is a UUID in its usual text form (8-4-4-4-12 hex digits), as Kubernetes writes UIDs.
-fn is_uuid(s: &str) -> bool {
+pub fn is_uuid(s: &str) -> bool {
     let groups: Vec<&str> = s.split('-').collect();
     groups.len() == 5 && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The description written at clone time: a human line, then the UID line.
 pub fn description(namespace: &str, name: &str, uid: &str) -> String {
-    format!("banlieue machine {namespace}/{name}\n{UID_LINE_PREFIX}{uid}\n")
+    format!("{MACHINE_LINE_PREFIX}{namespace}/{name}\n{UID_LINE_PREFIX}{uid}\n")
 }
 
 pub fn description_has_uid(description: &str, uid: &str) -> bool {

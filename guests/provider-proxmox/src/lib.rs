@@ -29,7 +29,17 @@
 //!   the next `create` finds it (by name, then description) and finishes it, and
 //!   never clones twice.
 //! - The provider ID is `proxmox://<node>/<vmid>` (informational: the driver
-//!   always finds the VM by its UID tag, so a migration does not lose it).
+//!   always finds the VM by its UID tag, or an adopted one by its VM id, so a
+//!   migration does not lose it).
+//! - Discovery and adoption ([`adopt`]): a VM made by hand is a found machine whose
+//!   backend id is its VM id (`101`) and whose failure domain is its node. Adopting it
+//!   writes one line into its description, `banlieue-owner: machine-uid=<uid>
+//!   machine=<namespace/name> installation=<id>` (values percent-encoded where they hold
+//!   `%`, white space or control characters), and tags it `banlieue-<uid>` like the VMs
+//!   `create` makes; the rest of the description and its tags, power, hardware and VM id
+//!   are left as they are. Every call on a machine ref with a backend id finds the VM by
+//!   that id, and only while it carries that machine's mark (else `not-found`); a VM
+//!   `create` made reports its own mark (`banlieue-uid:` line) as owner, without installation.
 //! - The boot disk is a full clone (`full=1`) of the template
 //!   (`ImageSource::Template`: a VMID, or the name of a template VM) on storage
 //!   `disks[0].target`, onto node `failure-domain` (a clone to another node
@@ -67,7 +77,17 @@
 //!   with `timeout` = the soft timeout, hard is `status/stop`
 //!   (`overrule-shutdown=1`), both tasks waited for. Suspend is refused.
 //! - `delete`: power off per the mode, `DELETE …?purge=1&destroy-unreferenced-disks=1`,
-//!   wait for the task; a VM that is not there is success.
+//!   wait for the task; a VM that is not there is success. An adopted VM is destroyed
+//!   the same way.
+//! - `list-machines` ([`adopt`]): `/cluster/resources?type=vm` less the VMs on nodes not
+//!   online, by VM id, 100 a page ([`banlieue_sdk::provider::page_range`]: the token is the
+//!   index of the page's first VM); for the page's VMs their config (hardware as `describe`
+//!   reports it, tags, mark), `status/current` if running, and guest-agent addresses when the
+//!   config enables the agent. `adopt`: `PUT …/config` of `description` and `tags` with the
+//!   config's `digest` (a racing change fails it; the retry finds the mark there) unless the
+//!   VM carries a mark already (returned as it is); a template is `invalid-spec`. `release`:
+//!   the machine's mark lines and tag removed (`delete` when that empties them), another's
+//!   mark left with a warning; a VM gone is success.
 //! - Snapshots ([`snapshot`]): `…/snapshot` (a snapshot already named as asked
 //!   is returned; `vmstate=1` for memory; quiesce needs the guest agent enabled
 //!   and answering), `…/snapshot/{name}/rollback`, `DELETE …/snapshot/{name}`,
@@ -99,13 +119,14 @@
 //! `spec.moveStrategy: Recreate`, made afresh from its image.
 
 use banlieue_sdk::provider::{
-    DiskStatus, Driver, FailureDomain, Firmware, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, NicStatus, PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, UserDataFormat, condition,
-    power_off,
+    Address, DiskStatus, Driver, FailureDomain, Firmware, FoundMachine, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePage,
+    MachinePhase, MachineRef, MachineStatus, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot,
+    SnapshotRequest, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
 
+pub mod adopt;
 pub mod api;
 pub mod carry;
 pub mod import;
@@ -114,6 +135,7 @@ pub mod snapshot;
 
 use pve::Pve;
 
+/// The Proxmox VE driver.
 pub struct Proxmox;
 
 const CLONE_TIMEOUT_MS: u64 = 600_000;
@@ -137,7 +159,8 @@ struct Vm {
     node: String,
     vmid: u64,
     lock: String,
-    /// Carries the UID tag: its configuration is complete.
+    /// Its configuration is complete: it carries the UID tag, or it was adopted (found by its
+    /// VM id: its configuration is its owner's, never the driver's to finish).
     tagged: bool,
 }
 
@@ -147,14 +170,15 @@ impl Vm {
     }
 }
 
-fn vms(pve: &Pve) -> Result<Vec<Value>> {
+/// The cluster's qemu VMs and templates as `/cluster/resources` lists them.
+pub(crate) fn vms(pve: &Pve) -> Result<Vec<Value>> {
     match pve.get("/cluster/resources?type=vm")? {
         Value::Array(a) => Ok(a.into_iter().filter(|v| api::text(v, "type") == "qemu").collect()),
         other => Err(Error::Internal(format!("/cluster/resources: expected a list, got {other}"))),
     }
 }
 
-fn vm_of(v: &Value, tagged: bool) -> Option<Vm> {
+pub(crate) fn vm_of(v: &Value, tagged: bool) -> Option<Vm> {
     Some(Vm {
         node: api::text(v, "node").to_string(),
         vmid: api::num(v.get("vmid"))?,
@@ -207,11 +231,15 @@ pub(crate) fn find(pve: &Pve, uid: &str, vm_name: &str) -> Result<Option<Vm>> {
     Ok(None)
 }
 
-fn lookup(pve: &Pve, machine: &MachineRef) -> Result<Vm> {
-    api::check_uid(&machine.uid)?;
-    let name = api::vm_name(&machine.namespace, &machine.name)?;
-    find(pve, &machine.uid, &name)?
-        .ok_or_else(|| Error::NotFound(format!("no Proxmox VM carries machine UID {} ({name})", machine.uid)))
+/// The VM of the machine a call names, the one way every call that takes a machine ref finds
+/// it: an adopted machine (a backend id) by its VM id, while the VM carries the machine's mark;
+/// another by its UID as `create` made it.
+pub(crate) fn lookup(pve: &Pve, machine: &MachineRef) -> Result<Vm> {
+    match adopt::locate(machine)? {
+        adopt::Locate::Vmid(vmid) => adopt::marked_vm(pve, vmid, &machine.uid),
+        adopt::Locate::Uid(name) => find(pve, &machine.uid, &name)?
+            .ok_or_else(|| Error::NotFound(format!("no Proxmox VM carries machine UID {} ({name})", machine.uid))),
+    }
 }
 
 /// `(node, vmid, config)` of the template an image names: a VMID, or a template's name.
@@ -234,7 +262,7 @@ fn resolve_template(pve: &Pve, image: &ImageSource) -> Result<(String, u64)> {
     }
 }
 
-fn online_nodes(pve: &Pve) -> Result<Vec<Value>> {
+pub(crate) fn online_nodes(pve: &Pve) -> Result<Vec<Value>> {
     match pve.get("/nodes")? {
         Value::Array(a) => Ok(a.into_iter().filter(|n| api::text(n, "status") == "online").collect()),
         other => Err(Error::Internal(format!("/nodes: expected a list, got {other}"))),
@@ -327,24 +355,31 @@ fn drive_power(pve: &Pve, vm: &Vm, state: PowerState) -> Result<()> {
     }
 }
 
+/// The power state a `status/current` answer says: a running VM whose QEMU is paused is suspended.
+pub(crate) fn power_state_of(st: &Value) -> PowerState {
+    match (api::text(st, "status"), api::text(st, "qmpstatus")) {
+        ("running", "paused") => PowerState::Suspended,
+        ("running", _) => PowerState::PoweredOn,
+        _ => PowerState::PoweredOff,
+    }
+}
+
+/// The guest's addresses as its QEMU guest agent reports them (an error when it does not answer).
+pub(crate) fn guest_addresses(pve: &Pve, vm: &Vm) -> Result<Vec<Address>> {
+    Ok(api::agent_addresses(&pve.get(&format!("{}/agent/network-get-interfaces", vm.path()))?))
+}
+
 /// The machine's status as PVE has it.
 pub(crate) fn status(pve: &Pve, vm: &Vm, extra: Vec<banlieue_sdk::provider::Condition>) -> Result<MachineStatus> {
     let st = pve.get(&format!("{}/status/current", vm.path()))?;
-    let running = api::text(&st, "status") == "running";
-    let paused = running && api::text(&st, "qmpstatus") == "paused";
-    let power_state = if paused {
-        PowerState::Suspended
-    } else if running {
-        PowerState::PoweredOn
-    } else {
-        PowerState::PoweredOff
-    };
+    let power_state = power_state_of(&st);
+    let running = power_state != PowerState::PoweredOff;
+    let paused = power_state == PowerState::Suspended;
     let lock = api::text(&st, "lock").to_string();
     let lock = if lock.is_empty() { vm.lock.clone() } else { lock };
     let (addresses, agent) = if running && !paused {
-        match pve.get(&format!("{}/agent/network-get-interfaces", vm.path())) {
-            Ok(data) => {
-                let a = api::agent_addresses(&data);
+        match guest_addresses(pve, vm) {
+            Ok(a) => {
                 let n = a.len();
                 (a, condition("GuestAgent", true, "Answering", format!("the guest agent reported {n} address(es)")))
             }
@@ -779,7 +814,8 @@ fn clean_up(pve: &Pve, machine: &Machine, vm_name: &str, vmid: u64) {
 
 impl Driver for Proxmox {
     // No DISK_EXPORT: PVE's API cannot hand a VM disk's bytes out (see # Moves).
-    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_IMPORT];
+    const FEATURES: &'static [&'static str] =
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let pve = Pve::connect(config)?;
@@ -907,6 +943,18 @@ impl Driver for Proxmox {
 
     fn disk_import(config: &ProviderConfig, machine: &Machine) -> Result<MachineStatus> {
         carry::import(config, machine)
+    }
+
+    fn list_machines(config: &ProviderConfig, page: Option<&str>) -> Result<MachinePage> {
+        adopt::list(config, page)
+    }
+
+    fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<FoundMachine> {
+        adopt::adopt(config, machine, mark)
+    }
+
+    fn release(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<()> {
+        adopt::release(config, machine, mark)
     }
 
     fn delete(config: &ProviderConfig, machine: &MachineRef, power_off: &PowerOff) -> Result<()> {

@@ -230,7 +230,7 @@ pub fn export(config: &ProviderConfig, machine: &MachineRef) -> Result<()> {
     // Every SOAP call comes before the first disk: a session rejected later would run the
     // closure again, and the host takes each disk once.
     let (cookie, sources) = with_vim(config, |vim| {
-        let vm = lookup(vim, &machine.uid, &name)?;
+        let vm = lookup(vim, machine)?;
         let p = vim.props(&vm, &["name", "runtime.powerState", "config.hardware.device", "parent"])?;
         let vm_name = p.str("name").unwrap_or(&name).to_string();
         let state = p.str("runtime.powerState").unwrap_or("in an unknown power state");
@@ -816,11 +816,12 @@ mod tests {
         let order: Vec<&str> = config.children().filter(|c| c.is_element()).map(|c| c.tag_name().name()).collect();
         assert_eq!(order, [
             "name", "guestId", "annotation", "files", "numCPUs", "memoryMB", "deviceChange", "deviceChange", "deviceChange", "deviceChange", "deviceChange",
-            "extraConfig", "extraConfig", "extraConfig", "extraConfig", "firmware"
+            "extraConfig", "extraConfig", "extraConfig", "extraConfig", "extraConfig", "extraConfig", "extraConfig", "firmware"
         ]);
         assert!(body.contains("<name>ns_web</name>") && body.contains("<vmPathName>[LocalDS_0] ns_web/ns_web.vmx</vmPathName>") && body.contains("<firmware>efi</firmware>"), "{body}");
         assert!(body.contains(&format!("<annotation>{}</annotation>", unfinished(&m))));
         assert!(body.contains("<key>guestinfo.userdata</key>") && body.contains("<key>guestinfo.metadata</key>"));
+        assert!(body.contains(&format!("<key>banlieue.owner.machine-uid</key><value xsi:type=\"xsd:string\">{}</value>", m.uid)), "marked as made: {body}");
         // The controller comes first, then the NIC; every disk is an uploaded file, attached on the controller.
         let changes: Vec<roxmltree::Node> = config.children().filter(|c| c.has_tag_name("deviceChange")).collect();
         fn device<'a, 'i>(c: &roxmltree::Node<'a, 'i>) -> roxmltree::Node<'a, 'i> {

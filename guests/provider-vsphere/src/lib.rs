@@ -22,7 +22,10 @@
 //! - A Machine is the VM named `{namespace}_{name}` (an underscore cannot occur
 //!   in a Kubernetes name, so this is unambiguous) whose `config.instanceUuid` is
 //!   the Machine UID — the idempotency key: every call finds the VM with
-//!   `SearchIndex.FindByUuid(instanceUuid)`, never by name.
+//!   `SearchIndex.FindByUuid(instanceUuid)`, never by name. An adopted machine
+//!   (its `machine-ref.backend-id` set) is the VM whose instanceUuid is that id,
+//!   and only while it carries the machine's mark: one released, or marked by
+//!   another machine, is `not-found` ([`lookup_of`], [`lookup`]).
 //! - The provider ID is `vsphere://{config.uuid}` (the BIOS UUID), as CAPV and
 //!   the vSphere cloud provider write it on the Node.
 //! - `create` clones the template named by the `template` image source (an
@@ -33,18 +36,24 @@
 //!   vmxnet3 per NIC on its network, and sets the extraConfig keys of the VMware
 //!   cloud-init datasource: `guestinfo.userdata` (+ `.encoding` = `base64`) and
 //!   `guestinfo.metadata` (JSON with `instance-id` = UID and `local-hostname` =
-//!   name, base64). The clone is made powered off; the VM is then reconfigured
-//!   if its CPUs or memory differ from the spec (vcsim ignores them in a clone
-//!   spec) and powered on if asked. A `DuplicateName` fault is ours if the VM
+//!   name, base64), and banlieue's mark of the machine ([`adopt`]:
+//!   `banlieue.owner.machine-uid` = UID, `banlieue.owner.machine` =
+//!   `namespace/name`, no installation), so discovery lists it as managed; a VM
+//!   `create` finds unmarked (made before the mark) is marked then, one marked by
+//!   another machine is refused (`invalid-spec`). The clone is made powered
+//!   off; the VM is then reconfigured if its CPUs or memory differ from the spec
+//!   (vcsim ignores them in a clone spec) and powered on if asked. A `DuplicateName` fault is ours if the VM
 //!   with our UUID exists meanwhile, otherwise the name belongs to another VM
 //!   (`invalid-spec`). Then, while the VM is off, its disks are made as declared
 //!   ([`disk_changes`]): the cloned boot disk grown to `disks[0]` (never shrunk:
 //!   a smaller declaration is `invalid-spec`), each further disk added as a new
 //!   thin `VirtualDisk` on its datastore, on the boot disk's controller. They are
 //!   files of the VM, so `Destroy_Task` removes them with it.
-//! - `describe`: power state from `runtime.powerState`; addresses (InternalIP)
-//!   from `guest.ipAddress` and `guest.net[].ipAddress` (IPv6 link-local left
-//!   out), and `guest.hostName` as Hostname; the phase is `powering-on` …
+//! - `describe`: hardware from `config.hardware` (a NIC on a distributed port
+//!   group is on the port group's name, read through the VM's `network`); power
+//!   state from `runtime.powerState`; addresses (InternalIP) from
+//!   `guest.ipAddress` and `guest.net[].ipAddress` (IPv6 link-local left out),
+//!   and `guest.hostName` as Hostname; the phase is `powering-on` …
 //!   `waiting-for-address` (on, no address) / `running` / `powered-off`.
 //! - `set-power`: on is `PowerOnVM_Task`, suspended `SuspendVM_Task`; off goes
 //!   through [`power_off`]: `ShutdownGuest` is the request (a `ToolsUnavailable`
@@ -69,16 +78,25 @@
 //!   come in raw the same way, each PUT to its datastore as a flat extent beside a descriptor
 //!   the driver writes, in the VM's directory; `CreateVM_Task` makes a VM as `create` makes
 //!   one with them attached, which gets the machine's UID only then; `create` adopts it.
+//! - Discovery and adoption ([`adopt`]): `list-machines` lists every VM and template of
+//!   every datacenter in one `RetrievePropertiesEx`, by instanceUuid (the `backend-id`),
+//!   100 to a page, with `describe`'s hardware and addresses, the host's cluster as failure
+//!   domain (none for a standalone host) and the mark its extraConfig holds; `adopt` stamps
+//!   the mark (three extraConfig keys, `ReconfigVM_Task`, nothing else changed) on an
+//!   unmarked VM, returns a marked one as it is, refuses a template; `release` removes the
+//!   mark if it is the machine's. `delete` of an adopted VM destroys it like any other.
 
 use banlieue_sdk::http::{Client, base64};
 use banlieue_sdk::provider::{
-    Address, AddressType, Capacity, DiskStatus, Driver, FailureDomain, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine, MachinePhase, MachineRef,
-    MachineStatus, NicStatus, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, UserDataFormat, condition, power_off,
+    Address, AddressType, Capacity, DiskStatus, Driver, FailureDomain, FoundMachine, Hardware, ImageRequest, ImageSource, ImageStatus, Inventory, Machine,
+    MachinePage, MachinePhase, MachineRef, MachineStatus, NicStatus, OwnerMark, PowerOff, PowerOffOps, PowerState, ProviderConfig, Result, Snapshot,
+    SnapshotRequest, UserDataFormat, condition, power_off,
 };
 use banlieue_sdk::session::{SessionError, with_session};
 use banlieue_sdk::{Error, info};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod adopt;
 pub mod carry;
 pub mod import;
 pub mod snapshot;
@@ -148,7 +166,11 @@ struct Cluster<'a> {
 
 impl Inv {
     fn read(vim: &Vim, specs: &[PropSpec]) -> VResult<Inv> {
-        Ok(Inv(vim.inventory(specs)?.into_iter().filter_map(|o| Some((o.obj.clone()?, o))).collect()))
+        Ok(Inv::of(vim.inventory(specs)?))
+    }
+
+    fn of(objects: Vec<ObjectContent>) -> Inv {
+        Inv(objects.into_iter().filter_map(|o| Some((o.obj.clone()?, o))).collect())
     }
 
     fn get(&self, r: &MoRef) -> Option<&ObjectContent> {
@@ -273,11 +295,17 @@ const VM_STATUS: &[&str] = &[
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.hardware.device",
+    "network",
 ];
 
+/// Distributed port group keys and their names: a NIC on a distributed port group names only
+/// its key, and the machine's spec (a network class) names the port group.
+pub type PortGroups = BTreeMap<String, String>;
+
 /// The VM's hardware as vCenter holds it (read with [`VM_STATUS`]): disks in controller and
-/// unit order, named by the host by position, their VMDK as id; each NIC's MAC and network.
-pub fn hardware(vm: &ObjectContent) -> Option<Hardware> {
+/// unit order, named by the host by position, their VMDK as id; each NIC's MAC and network
+/// (a standard network's name, a distributed port group's name from `portgroups`, else its key).
+pub fn hardware(vm: &ObjectContent, portgroups: &PortGroups) -> Option<Hardware> {
     let cpus = u32::try_from(vm.u64("config.hardware.numCPU")).ok().filter(|c| *c > 0)?;
     let devices = vm.props.get("config.hardware.device");
     let disks = virtual_disks(devices).into_iter().map(|d| DiskStatus { name: String::new(), size_gib: d.capacity_kib.div_ceil(1 << 20), id: d.file }).collect();
@@ -288,7 +316,11 @@ pub fn hardware(vm: &ObjectContent) -> Option<Hardware> {
         .map(|dev| NicStatus {
             name: String::new(),
             mac: dev.str_at("macAddress").unwrap_or_default().to_string(),
-            network: dev.str_at("backing.deviceName").or_else(|| dev.str_at("backing.port.portgroupKey")).unwrap_or_default().to_string(),
+            network: match dev.str_at("backing.port.portgroupKey") {
+                Some(key) => portgroups.get(key).map(String::as_str).unwrap_or(key),
+                None => dev.str_at("backing.deviceName").unwrap_or_default(),
+            }
+            .to_string(),
         })
         .collect();
     Some(Hardware { cpus, memory_mib: vm.u64("config.hardware.memoryMB"), disks, nics })
@@ -329,7 +361,7 @@ pub fn addresses(vm: &ObjectContent) -> Vec<Address> {
 }
 
 /// The machine status of a VM read with [`VM_STATUS`].
-pub fn status(vm: &ObjectContent) -> MachineStatus {
+pub fn status(vm: &ObjectContent, portgroups: &PortGroups) -> MachineStatus {
     let name = vm.str("name").unwrap_or("?");
     let state = power_state(vm.str("runtime.powerState"));
     let addresses = addresses(vm);
@@ -343,7 +375,7 @@ pub fn status(vm: &ObjectContent) -> MachineStatus {
     let tools = vm.str("guest.toolsRunningStatus").unwrap_or("unknown");
     MachineStatus {
         provider_id: format!("vsphere://{}", vm.str("config.uuid").unwrap_or("")),
-        hardware: hardware(vm),
+        hardware: hardware(vm, portgroups),
         power_state: state,
         conditions: vec![
             condition(
@@ -365,13 +397,91 @@ pub fn status(vm: &ObjectContent) -> MachineStatus {
     }
 }
 
+/// How a machine's VM is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// A VM banlieue made: its instance UUID is the machine's UID.
+    Made(&'a str),
+    /// An adopted VM: its own instance UUID (`backend-id`); it is the machine's only while
+    /// it carries the machine's mark.
+    Adopted(&'a str),
+}
+
+/// How `machine`'s VM is found: by its `backend-id` once it has one (adopted), else by its UID.
+pub fn lookup_of(machine: &MachineRef) -> Lookup<'_> {
+    match machine.backend_id.as_deref() {
+        Some(id) if !id.is_empty() => Lookup::Adopted(id),
+        _ => Lookup::Made(&machine.uid),
+    }
+}
+
+/// Why an adopted VM carrying `mark` is not `machine`'s, if it is not: released, or taken by
+/// another machine, it must not be acted on for this one.
+pub fn not_ours(mark: Option<&OwnerMark>, machine: &MachineRef) -> Option<String> {
+    match mark {
+        Some(m) if m.machine_uid == machine.uid => None,
+        Some(m) => Some(format!("it carries the mark of machine {} ({}), not of {}", m.machine, m.machine_uid, machine.uid)),
+        None => Some(format!("it carries no mark of machine {} (released)", machine.uid)),
+    }
+}
+
+/// The machine's VM, or why it has none: the one lookup every call on a [`MachineRef`] makes
+/// (through [`find_machine`] or [`lookup`]).
+fn locate(vim: &Vim, machine: &MachineRef) -> VResult<std::result::Result<MoRef, String>> {
+    let what = vm_name(&machine.namespace, &machine.name);
+    match lookup_of(machine) {
+        Lookup::Made(uid) => Ok(vim.find_vm(uid)?.ok_or_else(|| format!("no vSphere VM has instanceUuid {uid} ({what})"))),
+        Lookup::Adopted(id) => {
+            let Some(vm) = vim.find_vm(id)? else {
+                return Ok(Err(format!("no vSphere VM has instanceUuid {id} (adopted machine {what})")));
+            };
+            let p = match vim.props(&vm, &["name", "config.extraConfig"]) {
+                Err(SessionError::Failed(e)) if e.is_not_found() => return Ok(Err(format!("vSphere VM {id} is gone (adopted machine {what})"))),
+                other => other?,
+            };
+            Ok(match not_ours(adopt::mark(p.props.get("config.extraConfig")).as_ref(), machine) {
+                None => Ok(vm),
+                Some(why) => Err(format!("vSphere VM {} (instanceUuid {id}) is not machine {what}'s: {why}", p.str("name").unwrap_or(&vm.value))),
+            })
+        }
+    }
+}
+
+/// The machine's VM, if it has one the driver may act on.
+pub(crate) fn find_machine(vim: &Vim, machine: &MachineRef) -> VResult<Option<MoRef>> {
+    Ok(locate(vim, machine)?.ok())
+}
+
 /// The machine's VM, or `not-found`.
-fn lookup(vim: &Vim, uid: &str, what: &str) -> VResult<MoRef> {
-    vim.find_vm(uid)?.ok_or_else(|| Error::NotFound(format!("no vSphere VM has instanceUuid {uid} ({what})")).into())
+pub(crate) fn lookup(vim: &Vim, machine: &MachineRef) -> VResult<MoRef> {
+    locate(vim, machine)?.map_err(|why| Error::NotFound(why).into())
 }
 
 fn describe_vm(vim: &Vim, vm: &MoRef) -> VResult<MachineStatus> {
-    Ok(status(&vim.props(vm, VM_STATUS)?))
+    let p = vim.props(vm, VM_STATUS)?;
+    let portgroups = portgroups_of(vim, &p)?;
+    Ok(status(&p, &portgroups))
+}
+
+/// The names of the distributed port groups a VM read with [`VM_STATUS`] is on (none read
+/// when no NIC is on one).
+fn portgroups_of(vim: &Vim, vm: &ObjectContent) -> VResult<PortGroups> {
+    let on_one = vm.props.get("config.hardware.device").is_some_and(|d| d.children.iter().any(|dev| dev.path("backing.port.portgroupKey").is_some()));
+    let refs: Vec<MoRef> = vm.refs("network").into_iter().filter(|r| r.kind == "DistributedVirtualPortgroup").collect();
+    if !on_one || refs.is_empty() {
+        return Ok(PortGroups::new());
+    }
+    let found = match vim.objects(&refs, &["key", "name"]) {
+        // A port group removed meanwhile: its NICs keep their key.
+        Err(SessionError::Failed(e)) if e.is_not_found() => return Ok(PortGroups::new()),
+        other => other?,
+    };
+    Ok(portgroup_names(&found))
+}
+
+/// Port group keys and names from `DistributedVirtualPortgroup` objects read with `key` and `name`.
+fn portgroup_names<'a>(objects: impl IntoIterator<Item = &'a ObjectContent>) -> PortGroups {
+    objects.into_iter().filter_map(|o| Some((o.str("key")?.to_string(), o.str("name")?.to_string()))).collect()
 }
 
 /// Powering one VM off.
@@ -483,12 +593,14 @@ pub fn nic_mac(machine: &Machine, index: usize) -> String {
     banlieue_sdk::network::stable_mac([0x00, 0x50, 0x56], 0x3f, &machine.uid, index)
 }
 
-/// The extraConfig of a machine.
+/// The extraConfig of a machine: guestinfo, and banlieue's mark of the machine (so discovery
+/// lists the VM as managed; it also replaces a mark a clone's source carried).
 pub fn extra_config(machine: &Machine) -> Vec<(String, String)> {
     let mut out = vec![
         ("guestinfo.metadata".to_string(), metadata(machine)),
         ("guestinfo.metadata.encoding".to_string(), "base64".to_string()),
     ];
+    out.extend(adopt::mark_entries(&adopt::made_mark(machine)));
     // Ignition's VMware platform reads `guestinfo.ignition.config.data`; cloud-init's VMware
     // datasource `guestinfo.userdata`.
     let key = match machine.user_data_format {
@@ -731,7 +843,7 @@ pub(crate) fn clone_machine(vim: &Vim, machine: &Machine, origin: &Origin) -> VR
     let timeout = if snapshot.is_some() { snapshot::SNAPSHOT_TASK_TIMEOUT_MS } else { vim::TASK_TIMEOUT_MS };
     match vim.run_task_within(&format!("CloneVM_Task {what} -> {name}"), &body, timeout) {
         Ok(Some(n)) if n.as_ref().is_some() => Ok(n.as_ref().unwrap()),
-        Ok(_) => lookup(vim, &machine.uid, "after the clone"),
+        Ok(_) => vim.find_vm(&machine.uid)?.ok_or_else(|| Error::NotFound(format!("no vSphere VM has instanceUuid {} after the clone to {name}", machine.uid)).into()),
         Err(e) if is_fault(&e, "DuplicateName") => match vim.find_vm(&machine.uid)? {
             Some(vm) => Ok(vm),
             None => {
@@ -750,8 +862,27 @@ pub(crate) fn clone_machine(vim: &Vim, machine: &Machine, origin: &Origin) -> VR
 
 /// Bring an existing VM to the machine's hardware (while off) and power state.
 pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<MachineStatus> {
-    let p = vim.props(vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device"])?;
+    let p = vim.props(
+        vm,
+        &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device", "config.extraConfig", "config.changeVersion"],
+    )?;
     let name = p.str("name").unwrap_or(&vm.value).to_string();
+    match adopt::mark(p.props.get("config.extraConfig")) {
+        // A VM made before the driver marked the VMs it makes.
+        None => {
+            info!("marking vSphere VM {name} as machine {}/{}", machine.namespace, machine.name);
+            let body = adopt::mark_request(vm, p.str("config.changeVersion"), Some(&adopt::made_mark(machine)));
+            vim.run_task(&format!("ReconfigVM_Task {name} (mark)"), &body)?;
+        }
+        Some(m) if m.machine_uid != machine.uid => {
+            return Err(Error::InvalidSpec(format!(
+                "vSphere VM {name} has instanceUuid {} but was adopted by machine {} ({}): it is not machine {}/{}'s to change",
+                machine.uid, m.machine, m.machine_uid, machine.namespace, machine.name
+            ))
+            .into());
+        }
+        Some(_) => {}
+    }
     let off = power_state(p.str("runtime.powerState")) == PowerState::PoweredOff;
     let devices = p.props.get("config.hardware.device");
     if off && !machine.disks.is_empty() && virtual_disks(devices).is_empty() {
@@ -786,7 +917,8 @@ pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<Machi
 }
 
 impl Driver for VSphere {
-    const FEATURES: &'static [&'static str] = &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT];
+    const FEATURES: &'static [&'static str] =
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let (version, inv) = with_vim(config, |vim| Ok((vim.sc.full_name.clone(), Inv::read(vim, INVENTORY)?)))?;
@@ -809,14 +941,14 @@ impl Driver for VSphere {
 
     fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
         with_vim(config, |vim| {
-            let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+            let vm = lookup(vim, machine)?;
             describe_vm(vim, &vm)
         })
     }
 
     fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {
         with_vim(config, |vim| {
-            let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+            let vm = lookup(vim, machine)?;
             ensure_power(vim, &vm, state, off)?;
             describe_vm(vim, &vm)
         })
@@ -858,9 +990,21 @@ impl Driver for VSphere {
         snapshot::delete(config, machine, id)
     }
 
+    fn list_machines(config: &ProviderConfig, page: Option<&str>) -> Result<MachinePage> {
+        adopt::list(config, page)
+    }
+
+    fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<FoundMachine> {
+        adopt::adopt(config, machine, mark)
+    }
+
+    fn release(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<()> {
+        adopt::release(config, machine, mark)
+    }
+
     fn delete(config: &ProviderConfig, machine: &MachineRef, off: &PowerOff) -> Result<()> {
         with_vim(config, |vim| {
-            let Some(vm) = vim.find_vm(&machine.uid)? else { return Ok(()) };
+            let Some(vm) = find_machine(vim, machine)? else { return Ok(()) };
             let r = (|| {
                 ensure_power(vim, &vm, PowerState::PoweredOff, off)?;
                 let name = vm_name_of(vim, &vm)?;
@@ -905,17 +1049,51 @@ mod tests {
             ("guest.ipAddress", text("10.0.0.5")),
             ("guest.net", Node { children: vec![nic], ..Default::default() }),
         ]);
-        let s = status(&on);
+        let s = status(&on, &PortGroups::new());
         assert_eq!(s.provider_id, "vsphere://4211-abc");
         assert_eq!(s.power_state, PowerState::PoweredOn);
         assert_eq!(s.phase, MachinePhase::Running);
         let ips: Vec<&str> = s.addresses.iter().map(|a| a.address.as_str()).collect();
         assert_eq!(ips, ["10.0.0.5", "10.0.0.6"]);
         let waiting = vm(&[("runtime.powerState", text("poweredOn"))]);
-        assert_eq!(status(&waiting).phase, MachinePhase::WaitingForAddress);
+        assert_eq!(status(&waiting, &PortGroups::new()).phase, MachinePhase::WaitingForAddress);
         let off = vm(&[("runtime.powerState", text("poweredOff"))]);
-        assert_eq!(status(&off).phase, MachinePhase::PoweredOff);
-        assert_eq!(status(&off).power_state, PowerState::PoweredOff);
+        assert_eq!(status(&off, &PortGroups::new()).phase, MachinePhase::PoweredOff);
+        assert_eq!(status(&off, &PortGroups::new()).power_state, PowerState::PoweredOff);
+    }
+
+    fn machine_ref(backend_id: Option<&str>) -> MachineRef {
+        MachineRef {
+            uid: "u-1".into(),
+            name: "a".into(),
+            namespace: "ns".into(),
+            provider_id: Some("vsphere://4211".into()),
+            failure_domain: "DC0_C0".into(),
+            backend_id: backend_id.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_adopted_machine_is_found_by_its_backend_id_and_only_while_it_carries_its_mark() {
+        assert_eq!(lookup_of(&machine_ref(None)), Lookup::Made("u-1"));
+        assert_eq!(lookup_of(&machine_ref(Some(""))), Lookup::Made("u-1"), "an empty backend id is none");
+        assert_eq!(lookup_of(&machine_ref(Some("5003-abc"))), Lookup::Adopted("5003-abc"));
+        let mark = |uid: &str| OwnerMark { machine_uid: uid.into(), machine: "ns/other".into(), installation: String::new() };
+        let m = machine_ref(Some("5003-abc"));
+        assert_eq!(not_ours(Some(&mark("u-1")), &m), None);
+        assert!(not_ours(Some(&mark("u-2")), &m).is_some_and(|why| why.contains("ns/other") && why.contains("u-2")), "taken by another");
+        assert!(not_ours(None, &m).is_some_and(|why| why.contains("released")), "let go of");
+    }
+
+    #[test]
+    fn a_nic_on_a_distributed_port_group_is_on_its_name_when_known() {
+        let nic = |backing: Node| Node { name: "VirtualDevice".into(), xsi_type: Some("VirtualVmxnet3".into()), children: vec![leaf("key", "4000"), backing, leaf("macAddress", "00:50:56:00:00:01")], ..Default::default() };
+        let dv = Node { name: "backing".into(), children: vec![Node { name: "port".into(), children: vec![leaf("switchUuid", "sw"), leaf("portgroupKey", "dvportgroup-13")], ..Default::default() }], ..Default::default() };
+        let std = Node { name: "backing".into(), children: vec![leaf("deviceName", "VM Network")], ..Default::default() };
+        let v = vm(&[("config.hardware.numCPU", text("1")), ("config.hardware.device", Node { children: vec![nic(dv), nic(std)], ..Default::default() })]);
+        let networks = |pg: &PortGroups| hardware(&v, pg).unwrap().nics.into_iter().map(|n| n.network).collect::<Vec<_>>();
+        assert_eq!(networks(&PortGroups::from([("dvportgroup-13".to_string(), "DC0_DVPG0".to_string())])), ["DC0_DVPG0", "VM Network"]);
+        assert_eq!(networks(&PortGroups::new()), ["dvportgroup-13", "VM Network"], "unknown: its key");
     }
 
     #[test]

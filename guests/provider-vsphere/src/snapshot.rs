@@ -25,7 +25,7 @@ use banlieue_sdk::{Error, info};
 
 use crate::soap::{self, MoRef, Node, ObjectContent, SnapshotSource, el};
 use crate::vim::{VResult, Vim};
-use crate::{Origin, clone_machine, lookup, realise, vm_name, with_vim};
+use crate::{Origin, clone_machine, find_machine, lookup, realise, with_vim};
 
 /// How long a snapshot task may take: a memory snapshot writes the VM's memory out, and a
 /// removal merges the snapshot's delta disks.
@@ -165,7 +165,7 @@ pub fn refusal(vm: &ObjectContent, request: &SnapshotRequest) -> Option<Error> {
 
 /// The machine's VM and its snapshot properties.
 fn read(vim: &Vim, machine: &MachineRef) -> VResult<(MoRef, ObjectContent)> {
-    let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+    let vm = lookup(vim, machine)?;
     let props = vim.props(&vm, PROPS)?;
     Ok((vm, props))
 }
@@ -204,7 +204,7 @@ pub fn create(config: &ProviderConfig, machine: &MachineRef, request: &SnapshotR
 /// The VM's snapshots.
 pub fn list(config: &ProviderConfig, machine: &MachineRef) -> Result<Vec<Snapshot>> {
     with_vim(config, |vim| {
-        let vm = lookup(vim, &machine.uid, &vm_name(&machine.namespace, &machine.name))?;
+        let vm = lookup(vim, machine)?;
         Ok(flatten(vim.props(&vm, &["snapshot"])?.props.get("snapshot")).into_iter().map(|e| e.snapshot).collect())
     })
 }
@@ -252,7 +252,7 @@ pub fn clone(config: &ProviderConfig, machine: &Machine, source: &MachineRef, id
 /// Remove snapshot `id`; one that is not there (or a VM that is gone) is success.
 pub fn delete(config: &ProviderConfig, machine: &MachineRef, id: &str) -> Result<()> {
     with_vim(config, |vim| {
-        let Some(vm) = vim.find_vm(&machine.uid)? else { return Ok(()) };
+        let Some(vm) = find_machine(vim, machine)? else { return Ok(()) };
         let props = vim.props(&vm, &["name", "snapshot"]);
         let props = match props {
             Err(SessionError::Failed(e)) if e.is_not_found() => return Ok(()),

@@ -290,8 +290,15 @@ fn inventory_traversal() -> String {
 
 /// `RetrievePropertiesEx` over the whole inventory under `root`.
 pub fn retrieve_inventory(pc: &MoRef, root: &MoRef, specs: &[PropSpec]) -> String {
+    retrieve_inventory_paged(pc, root, specs, 1000)
+}
+
+/// [`retrieve_inventory`] answered `max_objects` objects at a time (the rest through
+/// `ContinueRetrievePropertiesEx`): what keeps each answer of a large read under the host's
+/// response size cap.
+pub fn retrieve_inventory_paged(pc: &MoRef, root: &MoRef, specs: &[PropSpec], max_objects: u32) -> String {
     let body = format!(
-        "<specSet>{}<objectSet>{}<skip>false</skip>{}</objectSet></specSet><options><maxObjects>1000</maxObjects></options>",
+        "<specSet>{}<objectSet>{}<skip>false</skip>{}</objectSet></specSet><options><maxObjects>{max_objects}</maxObjects></options>",
         prop_sets(specs),
         root.xml("obj"),
         inventory_traversal()
@@ -328,6 +335,9 @@ pub enum NetworkBacking {
 /// The hardware and guestinfo of a clone (or of a new VM: name, guest OS, files, controller).
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSpec {
+    /// `config.changeVersion` as read: vCenter applies the change only if the VM's
+    /// configuration has not changed since (else a `ConcurrentAccess` fault).
+    pub change_version: Option<String>,
     /// A new VM's name.
     pub name: Option<String>,
     pub instance_uuid: Option<String>,
@@ -431,6 +441,9 @@ impl ConfigSpec {
     /// The `VirtualMachineConfigSpec` contents, in schema order.
     pub fn xml(&self) -> String {
         let mut s = String::new();
+        if let Some(v) = &self.change_version {
+            s += &el("changeVersion", v);
+        }
         if let Some(n) = &self.name {
             s += &el("name", n);
         }

@@ -208,6 +208,18 @@ impl Vim<'_> {
         self.retrieve("reading the inventory", &body)
     }
 
+    /// [`Vim::inventory`] read `max_objects` objects per answer.
+    pub fn inventory_paged(&self, specs: &[PropSpec], max_objects: u32) -> VResult<Vec<ObjectContent>> {
+        let body = soap::retrieve_inventory_paged(&self.sc.property_collector, &self.sc.root_folder, specs, max_objects);
+        self.retrieve("reading the inventory", &body)
+    }
+
+    /// Properties of some objects of one type.
+    pub fn objects(&self, objs: &[MoRef], paths: &[&str]) -> VResult<Vec<ObjectContent>> {
+        let what = format!("reading {} {}(s)", objs.len(), objs.first().map(|o| o.kind.as_str()).unwrap_or("object"));
+        self.retrieve(&what, &soap::retrieve_objects(&self.sc.property_collector, objs, paths))
+    }
+
     /// Properties of one object; `not-found` if it is gone.
     pub fn props(&self, obj: &MoRef, paths: &[&str]) -> VResult<ObjectContent> {
         let what = format!("reading {obj}");

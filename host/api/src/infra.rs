@@ -134,6 +134,13 @@ pub struct ResolvedVm {
     /// `OnNextPowerCycle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_policy: Option<UpdatePolicy>,
+    /// Take over the backend VM of this id instead of making one (its VM's `spec.adopt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<crate::vm::VmAdopt>,
+    /// What deleting the machine does to its backend VM (its VM's `spec.deletionPolicy`;
+    /// unset: `Delete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<crate::vm::DeletionPolicy>,
 }
 
 /// The machine and snapshot a machine is restored from.
@@ -153,6 +160,9 @@ pub struct MachineRestore {
     /// A linked clone where the backend can.
     #[serde(default)]
     pub linked: bool,
+    /// The backend id of the source machine when it was adopted, which its driver finds it by.
+    #[serde(rename = "sourceBackendID", default, skip_serializing_if = "Option::is_none")]
+    pub source_backend_id: Option<String>,
 }
 
 /// The powered-off machine whose disks a new machine is made from.
@@ -171,6 +181,9 @@ pub struct MachineCarry {
     pub failure_domain: String,
     #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
+    /// The backend id of an adopted machine (its `spec.vm.adopt`), which its driver finds it by.
+    #[serde(rename = "backendID", default, skip_serializing_if = "Option::is_none")]
+    pub backend_id: Option<String>,
 }
 
 /// How far a machine made from carried disks is (`spec.vm.carry`).

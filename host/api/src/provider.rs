@@ -211,6 +211,80 @@ pub struct ProviderStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The machines on the Provider's backend, as its driver listed them when last asked
+    /// (annotation `banlieue.io/discover`; `kubectl vm discover` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Discovery>,
+}
+
+/// Set on a Provider to a new value to have its driver list the machines on its backend
+/// into `status.discovery` (`kubectl vm discover` sets it to the time it asks).
+pub const DISCOVER_ANNOTATION: &str = "banlieue.io/discover";
+
+/// What a Provider's backend holds, as its driver listed it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    /// The `banlieue.io/discover` value this answers.
+    pub requested: String,
+    /// When the backend was listed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// Every machine found, banlieue's own included (with their owner), by backend id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<DiscoveredMachine>,
+    /// More machines than a status holds: the first ones by backend id are listed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Why the listing failed or stopped, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A machine on a backend, as discovery found it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredMachine {
+    /// What the backend calls it (what `spec.adopt.backendId` takes).
+    pub backend_id: String,
+    /// Its name on the backend.
+    pub name: String,
+    pub power_state: crate::common::PowerState,
+    pub cpus: u32,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::infra::DiskStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<crate::infra::InterfaceStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// The failure domain it runs in, as the Provider names it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub failure_domain: String,
+    /// The backend's tags for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// A template: listed, never adopted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub template: bool,
+    /// The banlieue Machine that manages it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<MachineOwner>,
+}
+
+/// The banlieue Machine a backend VM's mark names.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineOwner {
+    /// `namespace/name` of the Machine, and its UID.
+    pub machine: String,
+    #[serde(rename = "machineUID")]
+    pub machine_uid: String,
+    /// The installation (cluster id, and instance) it belongs to; empty where the backend
+    /// holds none (machines banlieue made before marks carried it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub installation: String,
 }
 
 /// A failure domain reported by a driver.

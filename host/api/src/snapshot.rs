@@ -82,6 +82,9 @@ pub struct SnapshotSource {
     /// The failure domain the machine was in, as its Provider names it.
     #[serde(default)]
     pub failure_domain: String,
+    /// The backend id of an adopted machine (its `spec.vm.adopt`), which its driver finds it by.
+    #[serde(rename = "backendID", default, skip_serializing_if = "Option::is_none")]
+    pub backend_id: Option<String>,
 }
 
 /// Observed state of a VMSnapshot.

@@ -36,7 +36,9 @@ use crate::common::{Initialization, MachineAddress, MachinePhase, NameRef, Power
 pub struct VirtualMachineSpec {
     /// The VMClass (hardware shape) of this VM.
     pub class_ref: NameRef,
-    /// The VMImage this VM boots from.
+    /// The VMImage this VM boots from. Required, unless the VM adopts one that exists
+    /// (`adopt`), which keeps what it boots from.
+    #[serde(default)]
     pub image_ref: NameRef,
     /// Where the VM may run; empty means any Provider in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,9 +89,51 @@ pub struct VirtualMachineSpec {
     /// carry disks is refused (`PlacementValid=False/CannotCarryDisks`), never made a recreate.
     #[serde(default)]
     pub move_strategy: MoveStrategy,
+    /// Take over a VM that already exists on the Provider `placement.providerRef` names,
+    /// instead of making one (`kubectl vm discover` lists them): it is marked as this VM's on
+    /// its backend and managed from then on like any other — power, restarts, snapshots,
+    /// moves, deletion — never recreated. Its hardware is reported in `status.hardware`;
+    /// where it differs from the class, `ConfigurationMatches=False` names the differences
+    /// (the VM is not changed). A VM another VirtualMachine or banlieue installation manages
+    /// is refused (`AlreadyManaged`). Read when the VM's machine is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<VmAdopt>,
+    /// What deleting this VirtualMachine does to its backend VM: `Delete` (default) removes
+    /// it and its disks; `Orphan` removes banlieue's mark from it and leaves it as it is,
+    /// running or not, to be discovered (and adopted) again.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
     /// Stop reconciling this VM (the backend VM is left as it is).
     #[serde(default)]
     pub paused: bool,
+}
+
+/// A VM's CPUs and memory as its backend holds them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmHardware {
+    pub cpus: u32,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+}
+
+/// A VM that exists on a backend, to adopt.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmAdopt {
+    /// What the backend calls it, as `kubectl vm discover` shows it: a libvirt domain UUID,
+    /// a vSphere instance UUID, a Proxmox VE VM id.
+    pub backend_id: String,
+}
+
+/// What deleting a VirtualMachine does to its backend VM.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Remove the backend VM and its disks.
+    #[default]
+    Delete,
+    /// Leave the backend VM as it is, without banlieue's mark.
+    Orphan,
 }
 
 /// Where a VM's disks come from, when not from its image.
@@ -317,6 +361,10 @@ pub struct VirtualMachineStatus {
     /// The last `restartRequestedAt` acted upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_requested_at: Option<String>,
+    /// The VM's CPUs and memory as its backend holds them (its disks and NICs: `disks`,
+    /// `interfaces`): what an adopted VM has, whatever its class says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<VmHardware>,
     /// The VM's disks as its backend holds them (name, size, backend id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<crate::infra::DiskStatus>,

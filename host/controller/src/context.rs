@@ -168,6 +168,12 @@ pub struct Context {
     pub throttles: throttle::Throttles,
     /// The shards this replica acts on, when the work is sharded.
     pub shards: Option<Arc<shards::Shards>>,
+    /// The UID of the cluster's `kube-system` Namespace, read once: what names the cluster in
+    /// the owner marks of adopted machines ([`Context::installation_id`]).
+    cluster_id: tokio::sync::OnceCell<String>,
+    /// Backend VMs being adopted by this process (`<Provider>/<backend id>` → Machine UID):
+    /// two Machines naming one VM never stamp it at once ([`crate::controllers::machine`]).
+    pub(crate) adopting: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -208,7 +214,26 @@ impl Context {
             in_use_reported: Mutex::default(),
             throttles: throttle::Throttles::default(),
             shards,
+            cluster_id: tokio::sync::OnceCell::new(),
+            adopting: Mutex::default(),
         }))
+    }
+
+    /// This installation as owner marks on backend VMs name it: the cluster (its
+    /// `kube-system` Namespace's UID, which lives as long as the cluster) and, for a named
+    /// installation, `/<instance>`. Two clusters, or two installations on one, never share it.
+    pub async fn installation_id(&self) -> Result<String, kube::Error> {
+        let cluster = self
+            .cluster_id
+            .get_or_try_init(|| async {
+                let ns = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone()).get("kube-system").await?;
+                Ok::<_, kube::Error>(ns.metadata.uid.unwrap_or_default())
+            })
+            .await?;
+        Ok(match self.options.installation.instance() {
+            Some(instance) => format!("{cluster}/{instance}"),
+            None => cluster.clone(),
+        })
     }
 
     /// A watch of this installation's objects (see [`Installation`](crate::Installation)).

@@ -88,6 +88,7 @@ impl Cause for CallError {
             CallError::InvalidDecision(_) => Reason::InvalidDecision,
             CallError::InvalidResult(_) => Reason::InvalidDriverResult,
             CallError::Unsupported { feature: Feature::Snapshots, .. } | CallError::NotOffered(Feature::Snapshots) => Reason::SnapshotsUnsupported,
+            CallError::Unsupported { feature: Feature::Adopt, .. } | CallError::NotOffered(Feature::Adopt) => Reason::AdoptionUnsupported,
             CallError::Unsupported { .. } | CallError::NotOffered(_) => Reason::CannotCarryDisks,
         }
     }

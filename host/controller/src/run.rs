@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controllers::{capi, machine, operator, pool, provider_probe, snapshotschedule, virtualmachine, vmimage, vmsnapshot};
+use crate::controllers::{capi, machine, operator, pool, provider, snapshotschedule, virtualmachine, vmimage, vmsnapshot};
 use crate::framework::leader;
 use crate::ops::metrics;
 use crate::ops::permissions::{self, Role};
@@ -111,7 +111,7 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
                 match role {
                     Role::Operator => operator::run(ctx.clone(), stopped()).await,
                     Role::ImageBuilder => vmimage::run(ctx.clone(), stopped()).await,
-                    Role::Provider => futures::future::try_join3(provider_probe::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped()), vmsnapshot::run(ctx.clone(), stopped())).await.map(drop),
+                    Role::Provider => futures::future::try_join3(provider::run(ctx.clone(), stopped()), machine::run(ctx.clone(), stopped()), vmsnapshot::run(ctx.clone(), stopped())).await.map(drop),
                     Role::Controller => futures::future::try_join4(
                         virtualmachine::run(ctx.clone(), stopped()),
                         pool::run(ctx.clone(), stopped()),

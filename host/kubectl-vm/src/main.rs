@@ -8,6 +8,7 @@
 //! failed or is not Ready, or is of another VM); 5 `--wait` timed
 //! out; 6 banlieue is not installed on the cluster.
 
+mod adoption;
 mod output;
 mod snapshots;
 
@@ -122,6 +123,40 @@ enum Command {
         /// Share the snapshot's disks where the backend can (a vSphere linked clone).
         #[arg(long)]
         linked: bool,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// List the VMs on a Provider's backend that banlieue does not manage (`--all`: every
+    /// one, with the Machine that manages it; `-o wide`: failure domain, addresses, tags).
+    Discover {
+        #[arg(long)]
+        provider: String,
+        /// Every VM, those banlieue manages too.
+        #[arg(long)]
+        all: bool,
+        /// Give up waiting for the Provider's answer after this many seconds (exit code 5).
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Take over a VM that exists on a Provider's backend: a VirtualMachine that adopts it
+    /// (with a VMClass made from its hardware unless --class).
+    Adopt {
+        backend_id: String,
+        #[arg(long)]
+        provider: String,
+        /// The VirtualMachine's name.
+        #[arg(long)]
+        name: String,
+        /// Its VMClass (default: `adopted-<name>`, made from the VM's hardware).
+        #[arg(long)]
+        class: Option<String>,
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Stop managing a VM without deleting it: its backend VM is left as it is, without
+    /// banlieue's mark, and the VirtualMachine goes.
+    Release {
+        name: String,
         #[command(flatten)]
         wait: Wait,
     },
@@ -304,6 +339,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Snapshots { name } => snapshots::list(&t, &name).await,
         Command::Revert { name, snapshot, wait } => snapshots::revert(&t, &name, &snapshot, wait).await,
         Command::Restore { snapshot, to, linked, wait } => snapshots::restore(&t, &snapshot, &to, linked, wait).await,
+        Command::Discover { provider, all, timeout } => adoption::discover(&t, &provider, all, timeout).await,
+        Command::Adopt { backend_id, provider, name, class, wait } => adoption::adopt(&t, adoption::Adopt { provider, backend_id, name, class }, wait).await,
+        Command::Release { name, wait } => adoption::release(&t, &name, wait).await,
         Command::Completion { .. } => Ok(()),
     }
 }

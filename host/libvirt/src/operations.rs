@@ -82,6 +82,24 @@ impl Libvirt {
             .await
     }
 
+    /// Set (`Some`) or remove (`None`) the domain's `<metadata>` element of namespace `uri`,
+    /// written with prefix `key`: in its persistent definition and, while it runs, in the live
+    /// one too (a running domain's definition alone would show the change only after a restart).
+    pub async fn domain_set_metadata(&self, name: &str, uri: &str, key: &str, xml: Option<String>) -> Result<()> {
+        check_c_string("metadata namespace", uri)?;
+        check_c_string("metadata key", key)?;
+        if let Some(x) = &xml {
+            check_c_string("metadata", x)?;
+        }
+        let (uri, key) = (uri.to_string(), key.to_string());
+        self.with_domain("domain-set-metadata", name, move |d| {
+            let live = if d.is_active()? { sys::VIR_DOMAIN_AFFECT_LIVE } else { 0 };
+            let element = sys::VIR_DOMAIN_METADATA_ELEMENT as i32;
+            d.set_metadata(element, xml.as_deref(), Some(&key), Some(&uri), sys::VIR_DOMAIN_AFFECT_CONFIG | live).map(drop)
+        })
+        .await
+    }
+
     /// Every domain, running or only defined. A domain undefined between the listing and
     /// reading it is not in the list (it is gone), rather than failing the whole listing.
     pub async fn domain_list(&self) -> Result<Vec<DomainInfo>> {

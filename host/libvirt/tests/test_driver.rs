@@ -327,3 +327,22 @@ async fn unreachable_uris_are_unavailable_quickly() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_metadata_mark_is_set_on_a_running_domain_kept_across_a_restart_and_removed() {
+    let libvirt = libvirt().await;
+    let uri = "https://banlieue.io/test/mark/v1";
+    libvirt.domain_define(domain_xml("vm-mark")).await.unwrap();
+    libvirt.domain_start("vm-mark").await.unwrap();
+    let mark = "<mark owner='ns/web'/>".to_string();
+    libvirt.domain_set_metadata("vm-mark", uri, "m", Some(mark)).await.unwrap();
+    let live = libvirt.domain_xml("vm-mark").await.unwrap();
+    assert!(live.contains("<m:mark xmlns:m=\"https://banlieue.io/test/mark/v1\" owner=\"ns/web\"/>"), "the running domain shows it: {live}");
+    // The persistent definition has it too: still there once the domain is off.
+    libvirt.domain_destroy("vm-mark").await.unwrap();
+    assert!(libvirt.domain_xml("vm-mark").await.unwrap().contains("owner=\"ns/web\""));
+    libvirt.domain_set_metadata("vm-mark", uri, "m", None).await.unwrap();
+    assert!(!libvirt.domain_xml("vm-mark").await.unwrap().contains("owner="));
+    assert!(matches!(libvirt.domain_set_metadata("no-such-vm", uri, "m", None).await, Err(LibvirtError::NotFound(_))));
+    libvirt.domain_undefine("vm-mark").await.unwrap();
+}

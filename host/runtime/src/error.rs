@@ -49,6 +49,9 @@ pub enum Feature {
     DiskExport,
     /// `disk-import`: a machine made from disks carried from another backend (0.6.0).
     DiskImport,
+    /// `list-machines`, `adopt`, `release`: machines banlieue did not make, found, taken and
+    /// let go of (0.6.0).
+    Adopt,
 }
 
 impl Feature {
@@ -63,6 +66,7 @@ impl Feature {
             Feature::Snapshots => "snapshots",
             Feature::DiskExport => "disk-export",
             Feature::DiskImport => "disk-import",
+            Feature::Adopt => "adopt",
         }
     }
 }
@@ -123,6 +127,7 @@ impl CallError {
             CallError::InvalidDecision(_) => "InvalidDecision",
             CallError::InvalidResult(_) => "InvalidDriverResult",
             CallError::Unsupported { feature: Feature::Snapshots, .. } | CallError::NotOffered(Feature::Snapshots) => "SnapshotsUnsupported",
+            CallError::Unsupported { feature: Feature::Adopt, .. } | CallError::NotOffered(Feature::Adopt) => "AdoptionUnsupported",
             CallError::Unsupported { .. } | CallError::NotOffered(_) => "CannotCarryDisks",
         }
     }

@@ -21,6 +21,7 @@
 //! | disks and NICs in a machine's hardware | [`MAX_DEVICES`] each; names, MACs and networks [`MAX_NAME`], disk ids [`MAX_REFERENCE`] printable bytes |
 //! | image reference and message | [`MAX_REFERENCE`] and [`MAX_MESSAGE`] bytes |
 //! | snapshots per machine | [`MAX_SNAPSHOTS`]; ids and names [`MAX_NAME`] printable bytes, ids unique, descriptions [`MAX_MESSAGE`] bytes |
+//! | machines per `list-machines` page | [`MAX_FOUND_PER_PAGE`]; backend ids non-empty, unique, [`MAX_NAME`] printable bytes; names, failure domains and mark fields [`MAX_NAME`], tags [`MAX_LABELS`] of [`MAX_LABEL_VALUE`]; addresses and hardware as a machine's; a page token [`MAX_REFERENCE`] |
 //!
 //! Results the component model itself refuses while copying them out of the sandbox (an
 //! enum discriminant the contract does not have, more than [`MAX_RESULT_COPY`] bytes) are
@@ -29,7 +30,7 @@
 use std::net::IpAddr;
 
 use crate::error::CallError;
-use crate::provider::{AddressType, ImageStatus, Inventory, MachineStatus, Snapshot};
+use crate::provider::{AddressType, FoundMachine, Hardware, ImageStatus, Inventory, MachinePage, MachineStatus, OwnerMark, Snapshot};
 
 /// Failure domains one `probe` may report (a vCenter's clusters, a Proxmox cluster's nodes).
 pub const MAX_FAILURE_DOMAINS: usize = 1_000;
@@ -58,6 +59,9 @@ pub const MAX_MESSAGE: usize = 4096;
 pub const MAX_REFERENCE: usize = 1024;
 /// Snapshots of one machine (vSphere allows 496 in a chain; schedules keep far fewer).
 pub const MAX_SNAPSHOTS: usize = 1_000;
+/// Machines on one page of `list-machines` (drivers page at 100; more is a driver ignoring
+/// paging, which would make one result as large as the backend).
+pub const MAX_FOUND_PER_PAGE: usize = 500;
 /// Bytes the host copies out of a sandbox for one call's result (wasmtime's hostcall fuel):
 /// a guest returning the same string many times over (the canonical ABI allows overlapping
 /// strings) cannot make the host allocate more than this.
@@ -83,13 +87,23 @@ pub fn snapshots(function: &'static str, list: &[Snapshot]) -> Result<(), CallEr
     invalid(function, check_snapshots(list))
 }
 
+/// Check a page of `list-machines`.
+pub fn machine_page(page: &MachinePage) -> Result<(), CallError> {
+    invalid("list-machines", check_machine_page(page))
+}
+
+/// Check the machine `adopt` returned.
+pub fn found_machine(m: &FoundMachine) -> Result<(), CallError> {
+    invalid("adopt", check_found(m))
+}
+
 /// What `features` returned, as the features the host knows. A name the host does not know
 /// (a newer driver's) is passed over; more than a handful of names, or an unprintable one, is
 /// refused.
 pub fn features(names: &[String]) -> Result<Vec<crate::Feature>, CallError> {
     use crate::Feature;
     invalid("features", count("features", names.len(), 32).and_then(|()| names.iter().try_for_each(|n| printable("a feature", n, MAX_NAME))))?;
-    Ok([Feature::Snapshots, Feature::DiskExport, Feature::DiskImport].into_iter().filter(|f| names.iter().any(|n| n == f.name())).collect())
+    Ok([Feature::Snapshots, Feature::DiskExport, Feature::DiskImport, Feature::Adopt].into_iter().filter(|f| names.iter().any(|n| n == f.name())).collect())
 }
 
 fn invalid(function: &'static str, r: Result<(), String>) -> Result<(), CallError> {
@@ -169,6 +183,51 @@ fn check_machine_status(st: &MachineStatus) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn check_machine_page(page: &MachinePage) -> Result<(), String> {
+    count("machines on one page", page.machines.len(), MAX_FOUND_PER_PAGE)?;
+    if let Some(next) = &page.next {
+        printable("a page token", next, MAX_REFERENCE)?;
+    }
+    let mut ids = std::collections::HashSet::new();
+    for m in &page.machines {
+        check_found(m)?;
+        if !ids.insert(m.backend_id.as_str()) {
+            return Err(format!("backend id {} twice", quoted(&m.backend_id)));
+        }
+    }
+    Ok(())
+}
+
+fn check_found(m: &FoundMachine) -> Result<(), String> {
+    printable("a backend id", &m.backend_id, MAX_NAME)?;
+    if m.backend_id.is_empty() {
+        return Err("a machine with an empty backend id".into());
+    }
+    let at = format!("machine {}", quoted(&m.backend_id));
+    printable(&format!("the name of {at}"), &m.name, MAX_NAME)?;
+    printable(&format!("the failure domain of {at}"), &m.failure_domain, MAX_NAME)?;
+    count(&format!("tags on {at}"), m.tags.len(), MAX_LABELS)?;
+    for t in &m.tags {
+        printable(&format!("a tag on {at}"), t, MAX_LABEL_VALUE)?;
+    }
+    if let Some(OwnerMark { machine_uid, machine, installation }) = &m.owner {
+        for (what, v) in [("machine uid", machine_uid), ("machine", machine), ("installation", installation)] {
+            printable(&format!("the owner mark's {what} on {at}"), v, MAX_NAME)?;
+        }
+    }
+    // Addresses and hardware as a machine's status has them.
+    let as_status = MachineStatus {
+        provider_id: String::new(),
+        hardware: Some(Hardware { cpus: m.hardware.cpus, memory_mib: m.hardware.memory_mib, disks: m.hardware.disks.clone(), nics: m.hardware.nics.clone() }),
+        power_state: m.power_state,
+        addresses: m.addresses.clone(),
+        conditions: vec![],
+        provisioned: true,
+        phase: crate::provider::MachinePhase::Provisioning,
+    };
+    check_machine_status(&as_status).map_err(|why| format!("{why} on {at}"))
 }
 
 fn check_image_status(st: &ImageStatus) -> Result<(), String> {

@@ -85,13 +85,19 @@ fn texts(xml: &str, name: &str) -> anyhow::Result<Vec<String>> {
 impl Vcsim {
     /// Start vcsim on a free port and log in; fails (never skips) if the binary is missing.
     pub async fn start() -> anyhow::Result<Vcsim> {
+        Self::start_with_vms(0).await
+    }
+
+    /// [`start`](Self::start) with `per_host` VMs on its standalone host and in its cluster's
+    /// resource pool each (0: the model's two), for benchmarks at scale.
+    pub async fn start_with_vms(per_host: usize) -> anyhow::Result<Vcsim> {
         let bin = binary()?;
         let port = free_port();
         let log = tempfile::NamedTempFile::new().context("vcsim log file")?;
         let datastores = tempfile::tempdir().context("vcsim datastore directory")?;
         let mut child = Command::new(&bin)
             .env("TMPDIR", datastores.path())
-            .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE])
+            .args(["-l", &format!("127.0.0.1:{port}"), "-username", USERNAME, "-password", PASSWORD, "-template", TEMPLATE, "-vm", &per_host.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log.reopen().context("vcsim log file")?)
@@ -403,6 +409,29 @@ impl Vcsim {
             .map(|k| format!("<deviceChange><operation>remove</operation><device xsi:type=\"VirtualDisk\"><key>{k}</key><capacityInKB>0</capacityInKB></device></deviceChange>"))
             .collect();
         self.task_with("ReconfigVM_Task", vm, &format!("<spec>{changes}</spec>")).await
+    }
+
+    /// The VM (moref value) at inventory path `path` (`DC0/vm/<name>`), if any.
+    pub async fn vm_at(&self, path: &str) -> anyhow::Result<Option<String>> {
+        let body = format!(
+            "<FindByInventoryPath xmlns=\"urn:vim25\"><_this type=\"SearchIndex\">SearchIndex</_this><inventoryPath>{}</inventoryPath></FindByInventoryPath>",
+            esc(path)
+        );
+        Ok(texts(&self.call(&body).await?, "returnval")?.into_iter().next())
+    }
+
+    /// Make VM `name` behind banlieue's back: a powered-on clone of vcsim's own `DC0_C0_RP0_VM0`
+    /// in its folder, as an administrator would over vim25. Its moref value.
+    pub async fn clone_outside(&self, name: &str) -> anyhow::Result<String> {
+        let source = self.vm_at("DC0/vm/DC0_C0_RP0_VM0").await?.ok_or_else(|| anyhow!("vcsim has no DC0/vm/DC0_C0_RP0_VM0"))?;
+        let folder = self.vm_property(&source, "parent").await?.ok_or_else(|| anyhow!("{source} has no parent folder"))?;
+        let args = format!(
+            "<folder type=\"Folder\">{}</folder><name>{}</name><spec><location></location><template>false</template><powerOn>true</powerOn></spec>",
+            esc(&folder),
+            esc(name)
+        );
+        self.task_with("CloneVM_Task", &source, &args).await?;
+        self.vm_at(&format!("DC0/vm/{name}")).await?.ok_or_else(|| anyhow!("the clone {name} is not at DC0/vm/{name}"))
     }
 
     /// Power a VM off behind banlieue's back.

@@ -54,9 +54,13 @@ func main() {
 	username := flag.String("username", "user", "the one user that may log in")
 	password := flag.String("password", "pass", "its password")
 	template := flag.String("template", "tmpl-debian", "name of the template to create")
+	vms := flag.Int("vm", 0, "VMs per host and per cluster resource pool (0: the model's two)")
 	flag.Parse()
 
 	model := simulator.VPX()
+	if *vms > 0 {
+		model.Machine = *vms
+	}
 	if err := model.Create(); err != nil {
 		log.Fatalf("creating the model: %v", err)
 	}

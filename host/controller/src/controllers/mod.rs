@@ -1,5 +1,5 @@
 //! One module per reconciled kind. Role `controller`: [`virtualmachine`], [`pool`], [`snapshotschedule`],
-//! [`capi`]. Role `provider`: [`machine`], [`provider_probe`], [`in_use`], [`vmsnapshot`]. Role
+//! [`capi`]. Role `provider`: [`machine`], [`provider`], [`in_use`], [`vmsnapshot`]. Role
 //! `operator`: [`operator`] (ProviderClasses and PlacementPolicies). Role
 //! `imagebuilder`: [`vmimage`].
 
@@ -8,7 +8,7 @@ pub mod in_use;
 pub mod machine;
 pub mod operator;
 pub mod pool;
-pub mod provider_probe;
+pub mod provider;
 pub mod snapshotschedule;
 pub mod virtualmachine;
 pub mod vmimage;

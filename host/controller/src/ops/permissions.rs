@@ -115,6 +115,8 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(BANLIEUE, &["vmsnapshots/status"], &["patch"]),
             rule(BANLIEUE, &["virtualmachines", "providers"], &["get"]),
             rule(INFRASTRUCTURE, &["*"], &["get"]),
+            // The cluster's id in the owner marks of adopted VMs: the kube-system Namespace's UID.
+            Rule { names: vec!["kube-system".into()], ..rule("", &["namespaces"], &["get"]) },
         ],
         Role::Operator => vec![
             rule(BANLIEUE, &["providerclasses", "placementpolicies"], WATCH),

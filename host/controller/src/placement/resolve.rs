@@ -34,12 +34,14 @@ pub fn imported(image: &VMImage, provider: &str, checksum: Option<&str>) -> Resu
 /// powered on, without user-data: the caller adds what its object asks for. `made_from` is
 /// the image of a machine that exists already: it keeps it (a machine is not remade when
 /// its VMImage's source changes, and must not wait for the new import).
-pub fn machine_vm(class: &VMClass, image: &VMImage, provider: &Provider, provider_class: &str, made_from: Option<BTreeMap<String, String>>) -> Result<ResolvedVm, Failure> {
+pub fn machine_vm(class: &VMClass, image: Option<&VMImage>, provider: &Provider, provider_class: &str, made_from: Option<BTreeMap<String, String>>) -> Result<ResolvedVm, Failure> {
     let c = &class.spec;
     let caps = &provider.spec.capabilities;
-    let image_map = match made_from.filter(|m| !m.is_empty()) {
-        Some(m) => m,
-        None => image_of(image, provider, provider_class)?,
+    let image_map = match (made_from.filter(|m| !m.is_empty()), image) {
+        (Some(m), _) => m,
+        (None, Some(image)) => image_of(image, provider, provider_class)?,
+        // An adopted machine: not made from an image.
+        (None, None) => BTreeMap::new(),
     };
     Ok(ResolvedVm {
         cpus: c.cpus,
@@ -115,17 +117,17 @@ mod tests {
     fn a_url_image_is_used_as_imported_and_waited_for_until_then() {
         let class = VMClass::new("small", Default::default());
         let p = provider();
-        let vm = machine_vm(&class, &image(Some(import(ImportPhase::Ready, SUM))), &p, "libvirt", None).unwrap();
+        let vm = machine_vm(&class, Some(&image(Some(import(ImportPhase::Ready, SUM)))), &p, "libvirt", None).unwrap();
         assert_eq!(vm.image.get("backingFile").map(String::as_str), Some("/var/lib/pool/image@os@000000000000"));
         assert!(!vm.image.contains_key("url"), "the URL is not handed to the driver");
         for not_yet in [None, Some(import(ImportPhase::Importing, SUM)), Some(import(ImportPhase::Ready, "sha256:other"))] {
-            let Failure { reason, message, retry } = machine_vm(&class, &image(not_yet.clone()), &p, "libvirt", None).unwrap_err();
+            let Failure { reason, message, retry } = machine_vm(&class, Some(&image(not_yet.clone())), &p, "libvirt", None).unwrap_err();
             assert_eq!(reason, Reason::ImageNotReady, "{not_yet:?}");
             assert!(message.contains("infra/kvm") && retry, "{message}");
         }
         // A machine that exists keeps what it was made from, whatever the import is now.
         let made_from: BTreeMap<String, String> = [("backingFile".to_string(), "/var/lib/pool/image@os@111111111111".to_string())].into();
-        let kept = machine_vm(&class, &image(Some(import(ImportPhase::Importing, SUM))), &p, "libvirt", Some(made_from.clone())).unwrap();
+        let kept = machine_vm(&class, Some(&image(Some(import(ImportPhase::Importing, SUM)))), &p, "libvirt", Some(made_from.clone())).unwrap();
         assert_eq!(kept.image, made_from);
     }
 }

@@ -19,6 +19,8 @@ pub const CONFIGURATION_APPLIED: &str = "ConfigurationApplied";
 pub const REVERTED: &str = "Reverted";
 /// A VM's last move that carried its disks: done, or why not.
 pub const MOVED: &str = "Moved";
+/// Whether an adopted VM's hardware is what its class says (it is reported, not changed).
+pub const CONFIGURATION_MATCHES: &str = "ConfigurationMatches";
 
 /// Set condition `type_` in `conditions`. Returns whether that is news — a new condition,
 /// its status or reason changed, or it is said of a new generation of the object (the user

@@ -62,6 +62,8 @@ reasons! {
     Reverting, Reverted, InvalidRevert, SnapshotNotReady, InvalidSchedule, SnapshotRunStarted, SnapshotsBlockMove, SnapshotsDropped, InvalidRestore, Restored,
     // Moves that carry the disks.
     CannotCarryDisks, Carrying, Moved, MoveFailed,
+    // Machines banlieue did not make: adopted, matched against their class, let go of.
+    Adopted, AlreadyManaged, AdoptionUnsupported, ConfigurationMatches, ConfigurationDiffers, Released,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

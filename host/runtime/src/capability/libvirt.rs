@@ -90,6 +90,9 @@ impl wit::Host for HostState {
     async fn domain_xml(&mut self, name: String) -> Result<String, WitError> {
         self.libvirt()?.domain_xml(&name).await.map_err(err)
     }
+    async fn domain_set_metadata(&mut self, name: String, uri: String, key: String, xml: Option<String>) -> Result<(), WitError> {
+        self.libvirt()?.domain_set_metadata(&name, &uri, &key, xml).await.map_err(err)
+    }
     async fn domain_list(&mut self) -> Result<Vec<wit::DomainInfo>, WitError> {
         self.libvirt()?.domain_list().await.map(|v| v.into_iter().map(domain).collect()).map_err(err)
     }

@@ -24,9 +24,9 @@ pub(crate) mod bindings {
 }
 
 pub use bindings::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase, ImageRequest,
-    ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, PowerOff, PowerOffMode,
-    PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, ImagePhase,
+    ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus,
+    OwnerMark, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 
 /// A provider driver ready to be called.
@@ -111,19 +111,19 @@ impl ProviderDriver {
     }
 
     pub async fn describe(&self, config: &ProviderConfig, machine: &MachineRef, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        let st = call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, machine).await)?;
+        let st = call!(self, limits, grants, |d, store| d.call_describe(&mut store, config, &machine.clone().into()).await)?;
         validate::machine_status("describe", &st)?;
         Ok(st)
     }
 
     pub async fn set_power(&self, config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: PowerOff, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
-        let st = call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, machine, state, off).await)?;
+        let st = call!(self, limits, grants, |d, store| d.call_set_power(&mut store, config, &machine.clone().into(), state, off).await)?;
         validate::machine_status("set-power", &st)?;
         Ok(st)
     }
 
     pub async fn delete(&self, config: &ProviderConfig, machine: &MachineRef, off: PowerOff, limits: Limits, grants: Grants) -> Result<(), CallError> {
-        call!(self, limits, grants, |d, store| d.call_delete(&mut store, config, machine, off).await)
+        call!(self, limits, grants, |d, store| d.call_delete(&mut store, config, &machine.clone().into(), off).await)
     }
 
     pub async fn import_image(&self, config: &ProviderConfig, request: &ImageRequest, limits: Limits, grants: Grants) -> Result<ImageStatus, CallError> {
@@ -205,6 +205,25 @@ impl ProviderDriver {
 
     pub async fn snapshot_delete(&self, config: &ProviderConfig, machine: &MachineRef, id: &str, limits: Limits, grants: Grants) -> Result<(), CallError> {
         call!(only current Feature::Snapshots, self, limits, grants, |d, store| d.call_snapshot_delete(&mut store, config, machine, id).await)
+    }
+
+    /// One page of the machines in the Provider's scope (`page`: the last page's `next`).
+    pub async fn list_machines(&self, config: &ProviderConfig, page: Option<&str>, limits: Limits, grants: Grants) -> Result<MachinePage, CallError> {
+        let page = call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_list_machines(&mut store, config, page).await)?;
+        validate::machine_page(&page)?;
+        Ok(page)
+    }
+
+    /// Stamp `mark` on machine `machine.backend_id` unless it carries one; it as found.
+    pub async fn adopt(&self, config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark, limits: Limits, grants: Grants) -> Result<FoundMachine, CallError> {
+        let found = call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_adopt(&mut store, config, machine, mark).await)?;
+        validate::found_machine(&found)?;
+        Ok(found)
+    }
+
+    /// Remove `mark` from machine `machine.backend_id`, leaving the machine as it is.
+    pub async fn release(&self, config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark, limits: Limits, grants: Grants) -> Result<(), CallError> {
+        call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_release(&mut store, config, machine, mark).await)
     }
 }
 

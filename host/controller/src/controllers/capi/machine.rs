@@ -229,7 +229,7 @@ async fn bind(kind: &Shared, m: &DynamicObject, spec: &InfraMachineSpec, cluster
         .ok_or_else(|| Failure::transient(Reason::ProviderNotFound, format!("Provider {provider_name:?} of failure domain {:?} not found", domain.name)))?;
     let provider_class = provider.spec.provider_class_ref.name.clone();
     // Bound once: the binder does not come back to a machine it has bound.
-    let mut vm = resolve::machine_vm(&class, &image, provider, &provider_class, None)?;
+    let mut vm = resolve::machine_vm(&class, Some(&image), provider, &provider_class, None)?;
     vm.user_data = Some(SecretKeyRef { name: data_secret.clone(), key: BOOTSTRAP_VALUE_KEY.into() });
     vm.user_data_format = Some(format);
     vm.failure_domain = Some(backend_domain);

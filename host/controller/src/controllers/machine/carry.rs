@@ -140,6 +140,7 @@ impl Steps<'_> {
             namespace: self.m.namespace().unwrap_or_default(),
             provider_id: from.provider_id.clone(),
             failure_domain: from.failure_domain.clone(),
+            backend_id: from.backend_id.clone(),
         };
         let mut grants = source.grants.clone();
         grants.export = Some(grant.clone());
@@ -224,5 +225,6 @@ pub fn source(provider: &str, kind: &str, machine: &DynamicObject, spec: &banlie
         machine_uid: backend_uid(machine),
         failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
         provider_id: spec.provider_id.clone(),
+        backend_id: spec.vm.adopt.as_ref().map(|a| a.backend_id.clone()),
     }
 }

@@ -122,7 +122,7 @@ pub(super) fn api_phase(p: wit::MachinePhase) -> MachinePhase {
     }
 }
 
-pub(super) fn api_power(p: wit::PowerState) -> PowerState {
+pub(crate) fn api_power(p: wit::PowerState) -> PowerState {
     match p {
         wit::PowerState::PoweredOn => PowerState::PoweredOn,
         wit::PowerState::PoweredOff => PowerState::PoweredOff,

@@ -1,6 +1,7 @@
 //! Tearing a machine's backend VM down behind the provider role's finalizer.
 
 use banlieue_api::infra::InfraMachineSpec;
+use banlieue_api::vm::DeletionPolicy;
 use banlieue_runtime::{CallError, GuestError};
 use kube::api::{Api, DynamicObject};
 use kube::Resource;
@@ -23,16 +24,21 @@ pub(super) async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Sh
     let outcome = async {
         let b = backend(kind, m, spec).await?;
         let r = machine_ref(m, spec);
+        if spec.vm.deletion_policy == Some(DeletionPolicy::Orphan) {
+            // Let go: the VM stays as it is, without this machine's mark.
+            super::adopt::release(ctx, m, &b, &r).await?;
+            return Ok((Reason::Released, "backend VM left as it is, without banlieue's mark (deletionPolicy Orphan)"));
+        }
         let _op = operation(&b)?;
         match ctx.call(&b.class, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
-            Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
+            Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok((Reason::Deleted, "backend VM and its disks removed")),
             Err(e) => Err(Failure::from(e)),
         }
     }
     .await;
     match outcome {
-        Ok(()) => {
-            ctx.event(&m.object_ref(&kind.resource), false, Reason::Deleted, "Delete", "backend VM and its disks removed").await;
+        Ok((reason, note)) => {
+            ctx.event(&m.object_ref(&kind.resource), false, reason, "Delete", note).await;
             finalizer::remove(api, m, FINALIZER).await?;
             ctx.created.lock().unwrap_or_else(|e| e.into_inner()).remove(&backend_uid(m));
             Ok(Outcome::AwaitChange)

@@ -88,6 +88,29 @@ pub(super) fn changes(want: &ResolvedVm, have: &MachineHardware) -> Changes {
     c
 }
 
+/// How an adopted VM's hardware (`have`) differs from its class (`want`), disk by disk in
+/// order (an adopted VM's disks are named by its backend, not after the class).
+pub(super) fn differences(want: &ResolvedVm, have: &MachineHardware) -> Vec<String> {
+    let mut d = Vec::new();
+    if want.cpus != have.cpus {
+        d.push(format!("{} CPUs, the class says {}", have.cpus, want.cpus));
+    }
+    if want.memory_mib != have.memory_mib {
+        d.push(format!("{} MiB of memory, the class says {}", have.memory_mib, want.memory_mib));
+    }
+    for (i, w) in want.disks.iter().enumerate() {
+        match have.disks.get(i) {
+            Some(h) if h.size_gib != w.size_gib => d.push(format!("disk {} of {} GiB, the class's {} has {} GiB", h.name, h.size_gib, w.name, w.size_gib)),
+            Some(_) => {}
+            None => d.push(format!("no disk for the class's {} ({} GiB)", w.name, w.size_gib)),
+        }
+    }
+    if have.disks.len() > want.disks.len() {
+        d.push(format!("{} disks, the class has {}", have.disks.len(), want.disks.len()));
+    }
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +141,23 @@ mod tests {
         let names: Vec<&str> = got.disks.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["root", "disk1"], "a disk beyond the spec's keeps a name of its own");
         assert_eq!((got.interfaces[0].name.as_str(), got.interfaces[0].mac.as_str()), ("eth0", "00:50:56:00:00:01"));
+    }
+
+    #[test]
+    fn an_adopted_vm_is_compared_with_its_class_disk_by_disk_in_order() {
+        let have = MachineHardware {
+            cpus: 2,
+            memory_mib: 2048,
+            disks: vec![DiskStatus { name: "vda".into(), size_gib: 4, id: "p".into() }, DiskStatus { name: "vdb".into(), size_gib: 1, id: "q".into() }],
+            interfaces: vec![],
+        };
+        assert_eq!(differences(&spec(2, 2048, &[("root", 4), ("data", 1)]), &have), Vec::<String>::new(), "names differ, sizes match");
+        assert_eq!(differences(&spec(1, 1024, &[("root", 8)]), &have), [
+            "2 CPUs, the class says 1",
+            "2048 MiB of memory, the class says 1024",
+            "disk vda of 4 GiB, the class's root has 8 GiB",
+            "2 disks, the class has 1"
+        ]);
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //!   existing machine while it is off — at once, after a power-off (`updatePolicy: Restart`)
 //!   or at the next power cycle — and shown as `ConfigurationApplied` ([`hardware`]);
 //! - `delete` runs behind the finalizer `banlieue.io/provider`, so the Machine
-//!   outlives its backend VM.
+//!   outlives its backend VM — or, with `deletionPolicy: Orphan`, `release` leaves the VM
+//!   without banlieue's mark;
+//! - a machine with `spec.vm.adopt` takes over an existing backend VM ([`adopt`]) instead
+//!   of `create`.
 //!
 //! A Machine annotated `cluster.x-k8s.io/paused`, or of a paused CAPI Cluster, is left
 //! alone. Retryable driver errors back off; terminal ones become a condition (and, for
@@ -43,8 +46,9 @@ use crate::status::reasons::Reason;
 use crate::status;
 use crate::{Context, Error};
 
+mod adopt;
 pub(crate) mod carry;
-mod convert;
+pub(crate) mod convert;
 mod delete;
 mod hardware;
 mod realise;
@@ -131,7 +135,12 @@ fn wakes_machines(providers: Store<Provider>) -> impl FnMut(&Result<Provider, ku
             return std::future::ready(true);
         }
         let ready = p.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, READY));
-        let now = (crate::framework::reconciler::acted_on(p), ready);
+        // A discovery asked of the Provider is none of its machines' business.
+        let mut meta = p.metadata.clone();
+        if let Some(a) = meta.annotations.as_mut() {
+            a.remove(banlieue_api::provider::DISCOVER_ANNOTATION);
+        }
+        let now = (crate::framework::reconciler::acted_on(&Provider { metadata: meta, spec: p.spec.clone(), status: None }), ready);
         let wake = match seen.insert(key, now) {
             None => true,
             Some((acted, was_ready)) => acted != now.0 || (ready && !was_ready),
@@ -302,6 +311,7 @@ fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
         namespace: m.namespace().unwrap_or_default(),
         provider_id: spec.provider_id.clone(),
         failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
+        backend_id: spec.vm.adopt.as_ref().map(|a| a.backend_id.clone()),
     }
 }
 
@@ -375,6 +385,9 @@ mod tests {
         assert!(!event(Event::Apply(provider(1, false, 4))));
         assert!(event(Event::Apply(provider(1, true, 4))), "Ready again: the backend is back");
         assert!(event(Event::Apply(provider(2, true, 4))), "its spec changed");
+        let mut asked = provider(2, true, 4);
+        asked.metadata.annotations = Some([(banlieue_api::provider::DISCOVER_ANNOTATION.to_string(), "t1".to_string())].into());
+        assert!(!event(Event::Apply(asked)), "a discovery asked of it");
         assert!(event(Event::Delete(provider(2, true, 4))), "deleted, though it looks as before");
         assert!(event(Event::Apply(provider(3, true, 4))), "made again");
     }

@@ -13,7 +13,7 @@ use super::{call, hardware, machine_ref, operation};
 use crate::Context;
 use crate::failure::Failure;
 use crate::sandbox::grants::Backend;
-use crate::status::conditions::{self, CONFIGURATION_APPLIED, PROVISIONED, READY};
+use crate::status::conditions::{self, CONFIGURATION_APPLIED, CONFIGURATION_MATCHES, PROVISIONED, READY};
 use crate::status::reasons::Reason;
 
 /// Bring the backend VM to the spec: create (idempotent), then power and restart.
@@ -36,6 +36,14 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     };
     let mut observed = match described {
         Some(s) => s,
+        None if spec.vm.adopt.is_some() => {
+            let backend_id = spec.vm.adopt.as_ref().map(|a| a.backend_id.as_str()).unwrap_or_default();
+            let adopted = super::adopt::adopt(ctx, m, resource, b, &r, backend_id).await?;
+            ctx.created.lock().unwrap_or_else(|e| e.into_inner()).insert(r.uid.clone());
+            // A restart asked before the adoption is not one for this machine.
+            st.last_restart_requested_at = spec.vm.restart_requested_at.clone();
+            adopted
+        }
         None => {
             let machine = wit_machine(ctx, m, spec).await?;
             let _op = operation(b)?;
@@ -48,6 +56,7 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
                         namespace: r.namespace.clone(),
                         provider_id: None,
                         failure_domain: from.source_failure_domain.clone(),
+                        backend_id: from.source_backend_id.clone(),
                     };
                     let made = call(ctx, b, "snapshot-clone", b.driver.component.snapshot_clone(&b.config, &machine, &source, &from.snapshot_id, from.linked, limits, grants.clone()))
                         .await
@@ -96,7 +105,8 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     // A change of hardware (a grown class) is applied by the driver's `create` while the
     // machine is off: at once when it is off, after a power-off when the update policy says
     // `Restart`, else in the power cycle a restart asks for.
-    let changes = hardware::pending(&spec.vm, observed.hardware.as_ref());
+    // An adopted machine keeps the hardware it came with (`ConfigurationMatches` reports it).
+    let changes = if spec.vm.adopt.is_some() { hardware::Changes::default() } else { hardware::pending(&spec.vm, observed.hardware.as_ref()) };
     let is_off = observed.power_state == wit::PowerState::PoweredOff;
     // A change this spec already asked for and the backend did not take (a disk a driver does
     // not add in place) is not worth another power cycle of a running machine.
@@ -166,7 +176,16 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
         }
     }
     conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
-    if let Some(hw) = &observed.hardware {
+    if let (Some(hw), Some(_)) = (&observed.hardware, &spec.vm.adopt) {
+        let have = hardware::reported(&spec.vm, hw);
+        let differs = hardware::differences(&spec.vm, &have);
+        let (reason, message) = match differs.is_empty() {
+            true => (Reason::ConfigurationMatches, "the adopted VM has the CPUs, memory and disks its class says".to_string()),
+            false => (Reason::ConfigurationDiffers, format!("the adopted VM differs from its class, and is left as it is: {}", differs.join(", "))),
+        };
+        conditions::set(&mut st.conditions, CONFIGURATION_MATCHES, differs.is_empty(), reason, message, generation);
+        st.hardware = Some(have);
+    } else if let Some(hw) = &observed.hardware {
         let have = hardware::reported(&spec.vm, hw);
         let changes = hardware::changes(&spec.vm, &have);
         let on = power != PowerState::PoweredOff;

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use banlieue_api::infra::{InfraMachineSpec, InfraMachineStatus, ResolvedVm};
 use banlieue_api::provider::Provider;
-use banlieue_api::vm::{InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
+use banlieue_api::vm::{DeletionPolicy, InfrastructureRef, MigrationPolicy, Scheduled, VirtualMachineStatus};
 use banlieue_api::{PlacementPolicy, ProviderClass, VMClass, VMImage, VirtualMachine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -49,7 +49,7 @@ use crate::framework::infra_kinds::PAUSED_ANNOTATION;
 use crate::framework::infra_kinds;
 use crate::framework::reconciler::{cached, hash_meta, CachesReady, Frame, Outcome, Retried};
 use crate::placement::scheduling;
-use crate::status::conditions::{self, ADDRESSES_READY, CONFIGURATION_APPLIED, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
+use crate::status::conditions::{self, ADDRESSES_READY, CONFIGURATION_APPLIED, CONFIGURATION_MATCHES, INFRASTRUCTURE_READY, PLACEMENT_VALID, READY, SCHEDULED};
 use crate::status::finalizer;
 use crate::status::reasons::Reason;
 use crate::status;
@@ -449,11 +449,17 @@ impl<'a> Reconcile<'a> {
             .classes
             .get(&ObjectRef::new(&spec.class_ref.name))
             .ok_or_else(|| blocked(SCHEDULED, Reason::ClassNotFound, format!("VMClass {:?} not found", spec.class_ref.name)))?;
-        let image = self
-            .state
-            .images
-            .get(&ObjectRef::new(&spec.image_ref.name))
-            .ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {:?} not found", spec.image_ref.name)))?;
+        // An adopted VM keeps what it boots from: its image, if named at all, only says what that is.
+        if spec.adopt.is_some() && spec.placement.as_ref().and_then(|p| p.provider_ref.as_ref()).is_none() {
+            return Err(blocked(SCHEDULED, Reason::InvalidSpec, "spec.adopt needs spec.placement.providerRef: the Provider whose backend holds the VM"));
+        }
+        if spec.image_ref.name.is_empty() && spec.adopt.is_none() {
+            return Err(blocked(SCHEDULED, Reason::ImageNotFound, "spec.imageRef is required (only a VM that adopts one, spec.adopt, may leave it out)"));
+        }
+        let image = match spec.image_ref.name.as_str() {
+            "" => Arc::new(VMImage::default()),
+            name => self.state.images.get(&ObjectRef::new(name)).ok_or_else(|| blocked(SCHEDULED, Reason::ImageNotFound, format!("VMImage {name:?} not found")))?,
+        };
         // Addresses are checked before the VM is placed: a bad one makes nothing.
         addressing::check(self.vm.spec.network.as_ref(), &class).map_err(|m| blocked(ADDRESSES_READY, Reason::InvalidNetwork, m))?;
         if let Some((ip, other)) = network::conflict(self.vm, self.state.vms.state().iter().map(|v| &**v)) {
@@ -478,7 +484,11 @@ impl<'a> Reconcile<'a> {
         let mut providers: Vec<Arc<Provider>> =
             self.state.providers.state().into_iter().filter(|p| p.namespace().as_deref() == Some(self.ns.as_str())).collect();
         providers.sort_by_key(|p| p.name_any());
-        let image_classes = image.spec.sources.iter().map(|s| s.provider_class.clone()).collect();
+        let image_classes = match spec.adopt {
+            // Any Provider may hold the VM to adopt, whatever images it has.
+            Some(_) => providers.iter().map(|p| p.spec.provider_class_ref.name.clone()).collect(),
+            None => image.spec.sources.iter().map(|s| s.provider_class.clone()).collect(),
+        };
         Ok(Wanted { class, image, image_classes, providers })
     }
 
@@ -759,6 +769,14 @@ impl<'a> Reconcile<'a> {
         existing: Option<&DynamicObject>,
     ) -> Result<InfraMachineSpec, Blocked> {
         let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
+        // Only the VM's first machine adopts (a machine keeps what it was made as): one made
+        // later — by a move — is banlieue's own.
+        let adopt = match existing {
+            Some(m) => serde_json::from_value(m.data["spec"]["vm"]["adopt"].clone()).ok(),
+            None if self.status.infrastructure_ref.as_ref().is_none_or(|r| r.uid.is_none()) => self.vm.spec.adopt.clone(),
+            None => None,
+        };
+        let image = if adopt.is_some() { None } else { Some(image) };
         let resolved = crate::placement::resolve::machine_vm(class, image, provider, &scheduled.provider_class, made_from)
             .map_err(|f| Blocked::on(SCHEDULED, f))?;
         Ok(InfraMachineSpec {
@@ -773,6 +791,7 @@ impl<'a> Reconcile<'a> {
                 power_off_mode: self.vm.spec.power_off_mode,
                 restart_requested_at: self.vm.spec.restart_requested_at.clone(),
                 update_policy: Some(self.vm.spec.update_policy),
+                adopt,
                 ..resolved
             },
             ..Default::default()
@@ -829,12 +848,15 @@ impl<'a> Reconcile<'a> {
             Ok(()) => self.set(ADDRESSES_READY, true, Reason::AddressesReported, "the backend reports every address of the VM"),
             Err(why) => self.set(ADDRESSES_READY, false, Reason::WaitingForAddress, why),
         };
+        self.status.hardware = st.hardware.as_ref().map(|h| banlieue_api::vm::VmHardware { cpus: h.cpus, memory_mib: h.memory_mib });
         let hardware = st.hardware.clone().unwrap_or_default();
         self.status.disks = hardware.disks;
         self.status.interfaces = hardware.interfaces;
-        if let Some(c) = conditions::get(&st.conditions, CONFIGURATION_APPLIED) {
-            let (applied, reason, message) = (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message));
-            conditions::set_reported(&mut self.status.conditions, CONFIGURATION_APPLIED, applied, &reason, message, self.generation);
+        for type_ in [CONFIGURATION_APPLIED, CONFIGURATION_MATCHES] {
+            if let Some(c) = conditions::get(&st.conditions, type_) {
+                let (holds, reason, message) = (c.status == "True", c.reason.clone(), format!("{} {}: {}", target.kind, target.name, c.message));
+                conditions::set_reported(&mut self.status.conditions, type_, holds, &reason, message, self.generation);
+            }
         }
         self.status.observed_power_state = st.power_state;
         self.status.phase = st.phase;
@@ -901,6 +923,12 @@ impl<'a> Reconcile<'a> {
                     }
                     if m.metadata.deletion_timestamp.is_none() {
                         let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), &self.ns, &resource_of(&r));
+                        // The Machine leaves its backend VM as the VM says now (machines a move
+                        // replaces are always deleted: the policy reaches a Machine only here).
+                        if self.vm.spec.deletion_policy == DeletionPolicy::Orphan && m.data["spec"]["vm"]["deletionPolicy"] != "Orphan" {
+                            let patch = serde_json::json!({ "spec": { "vm": { "deletionPolicy": DeletionPolicy::Orphan } } });
+                            api.patch(&r.name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+                        }
                         api.delete(&r.name, &DeleteParams::default()).await?;
                         self.event(false, Reason::Deleting, "Delete", format!("deleting {} {}", r.kind, r.name)).await;
                     }

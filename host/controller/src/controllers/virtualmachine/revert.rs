@@ -74,7 +74,14 @@ pub fn restore_from(name: &str, snapshot: Option<&VMSnapshot>, provider: &str, l
             format!("{field}: VMSnapshot {name:?} is on Provider {:?}; a restore is made there: set spec.placement.providerRef.name to {:?}", source.provider, source.provider),
         ));
     }
-    Ok(MachineRestore { source_machine: source.machine, source_machine_uid: source.machine_uid, source_failure_domain: source.failure_domain, snapshot_id: id, linked })
+    Ok(MachineRestore {
+        source_machine: source.machine,
+        source_machine_uid: source.machine_uid,
+        source_failure_domain: source.failure_domain,
+        snapshot_id: id,
+        linked,
+        source_backend_id: source.backend_id,
+    })
 }
 
 impl Reconcile<'_> {

@@ -247,6 +247,7 @@ impl<'a> Reconcile<'a> {
             machine: machine.name_any(),
             machine_uid: backend_uid(&machine),
             failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
+            backend_id: spec.vm.adopt.as_ref().map(|a| a.backend_id.clone()),
         };
         let machine = MachineRef {
             uid: source.machine_uid.clone(),
@@ -254,6 +255,7 @@ impl<'a> Reconcile<'a> {
             namespace: self.ns.clone(),
             provider_id: spec.provider_id.clone(),
             failure_domain: source.failure_domain.clone(),
+            backend_id: source.backend_id.clone(),
         };
         Ok((Target { backend: self.backend(&source.provider).await?, machine }, source))
     }
@@ -261,7 +263,14 @@ impl<'a> Reconcile<'a> {
     /// The machine and backend the status recorded (the machine may be gone by now).
     async fn recorded_target(&self) -> Result<Target, Failure> {
         let src = self.status.source.as_ref().ok_or_else(|| Failure::until_changed(Reason::Internal, "status.source is not recorded"))?;
-        let machine = MachineRef { uid: src.machine_uid.clone(), name: src.machine.clone(), namespace: self.ns.clone(), provider_id: None, failure_domain: src.failure_domain.clone() };
+        let machine = MachineRef {
+            uid: src.machine_uid.clone(),
+            name: src.machine.clone(),
+            namespace: self.ns.clone(),
+            provider_id: None,
+            failure_domain: src.failure_domain.clone(),
+            backend_id: src.backend_id.clone(),
+        };
         Ok(Target { backend: self.backend(&src.provider).await?, machine })
     }
 

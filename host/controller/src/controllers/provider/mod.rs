@@ -1,6 +1,7 @@
 //! The Provider reconciler (role `provider`): call the driver's `probe` with the
 //! Provider's grant and publish what it found — failure domains with labels, free
-//! capacity, available classes and features — and `Ready` with the reason when
+//! capacity, available classes and features, and, when asked, the machines on the
+//! backend ([`discovery`]) — and `Ready` with the reason when
 //! the backend is unreachable or refuses the credentials. Probes repeat every
 //! `--probe-interval` (a minute) so capacity stays current; each first reads the
 //! credentials (a Kubernetes Secret, or the latest version of a Vault path) and
@@ -24,6 +25,8 @@ use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
+
+mod discovery;
 
 use crate::framework::reconciler::{Frame, Outcome};
 use crate::status::conditions::{self, READY};
@@ -124,7 +127,10 @@ async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome
     }
     status.observed_generation = generation;
     let next = match outcome {
-        Ok((inventory, features)) => {
+        Ok((inventory, features, discovered)) => {
+            if let Some(d) = discovered {
+                status.discovery = Some(d);
+            }
             status.failure_domains = failure_domains(&inventory);
             status.driver_features = features.iter().map(|f| f.name().to_string()).collect();
             let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
@@ -154,12 +160,17 @@ impl Shared {
     }
 }
 
-/// The driver's inventory, and what it offers beyond the calls every driver answers.
-async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<(Inventory, Vec<banlieue_runtime::Feature>), Failure> {
+/// The driver's inventory, what it offers beyond the calls every driver answers, and the
+/// machines on the backend when the Provider asks for them ([`discovery`]).
+async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<(Inventory, Vec<banlieue_runtime::Feature>, Option<banlieue_api::provider::Discovery>), Failure> {
     crate::sandbox::grants::check_credentials(ctx, provider, &b.grants).await;
     let inventory = ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
-    let features = ctx.call(&b.class, "features", b.driver.component.features(b.driver.limits, b.grants)).await.map_err(Failure::from)?;
-    Ok((inventory, features))
+    let features = ctx.call(&b.class, "features", b.driver.component.features(b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let discovered = match discovery::asked(provider) {
+        Some(requested) => Some(discovery::discover(ctx, &b, requested, &features).await),
+        None => None,
+    };
+    Ok((inventory, features, discovered))
 }
 
 
