@@ -75,6 +75,7 @@ fn machine_ref(uid: &str) -> MachineRef {
         namespace: "ns".into(),
         provider_id: None,
         failure_domain: "host-a".into(),
+        backend_id: None,
     }
 }
 

@@ -64,7 +64,7 @@ fn machine(lv: &Libvirtd, name: &str, uid: &str, user_data: &str) -> Machine {
 }
 
 fn machine_ref(m: &Machine) -> MachineRef {
-    MachineRef { uid: m.uid.clone(), name: m.name.clone(), namespace: m.namespace.clone(), provider_id: None, failure_domain: m.failure_domain.clone() }
+    MachineRef { uid: m.uid.clone(), name: m.name.clone(), namespace: m.namespace.clone(), provider_id: None, failure_domain: m.failure_domain.clone(), backend_id: None }
 }
 
 fn off(mode: PowerOffMode, seconds: u32) -> PowerOff {

@@ -97,7 +97,7 @@ fn machine(uid: &str, name: &str) -> Machine {
 }
 
 fn machine_ref(uid: &str, namespace: &str, name: &str) -> MachineRef {
-    MachineRef { uid: uid.into(), name: name.into(), namespace: namespace.into(), provider_id: None, failure_domain: String::new() }
+    MachineRef { uid: uid.into(), name: name.into(), namespace: namespace.into(), provider_id: None, failure_domain: String::new(), backend_id: None }
 }
 
 fn off(mode: PowerOffMode, timeout_ms: u32) -> PowerOff {

@@ -69,7 +69,7 @@ fn machine(template: &str) -> Machine {
 }
 
 fn machine_ref() -> MachineRef {
-    MachineRef { uid: UID.into(), name: "vm".into(), namespace: "ns".into(), provider_id: None, failure_domain: "DC0_C0".into() }
+    MachineRef { uid: UID.into(), name: "vm".into(), namespace: "ns".into(), provider_id: None, failure_domain: "DC0_C0".into(), backend_id: None }
 }
 
 fn off(mode: PowerOffMode) -> PowerOff {

@@ -132,7 +132,7 @@ async fn a_0_5_driver_runs_through_the_adapter_and_its_snapshots_are_refused() {
     let st = legacy.create(&config("team/old", ""), &machine, Limits::default(), Grants::default()).await.unwrap();
     assert_eq!((st.provider_id.as_str(), st.power_state), ("legacy://u-1", PowerState::PoweredOff));
     // Snapshots are refused by the host, naming the contract, without calling the driver.
-    let r = MachineRef { uid: "u-1".into(), name: "vm".into(), namespace: "team".into(), provider_id: Some(st.provider_id), failure_domain: "default".into() };
+    let r = MachineRef { uid: "u-1".into(), name: "vm".into(), namespace: "team".into(), provider_id: Some(st.provider_id), failure_domain: "default".into(), backend_id: None };
     let request = SnapshotRequest { name: "bl-1".into(), description: String::new(), memory: false, quiesce: false };
     let e = legacy.snapshot_create(&config("team/old", ""), &r, &request, Limits::default(), Grants::default()).await.unwrap_err();
     assert_eq!(e.reason(), "SnapshotsUnsupported");
@@ -434,6 +434,7 @@ async fn garbage_results_are_refused_with_what_was_wrong_and_the_limit() {
         namespace: "ns".into(),
         provider_id: None,
         failure_domain: "ok".into(),
+        backend_id: None,
     };
     for (name, want) in [
         ("huge-status", "provider ID of 8,388,608 bytes; at most 512"),
