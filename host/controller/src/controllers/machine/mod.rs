@@ -140,6 +140,9 @@ fn wakes_machines(providers: Store<Provider>) -> impl FnMut(&Result<Provider, ku
         if let Some(a) = meta.annotations.as_mut() {
             a.remove(banlieue_api::provider::DISCOVER_ANNOTATION);
         }
+        if meta.annotations.as_ref().is_some_and(|a| a.is_empty()) {
+            meta.annotations = None;
+        }
         let now = (crate::framework::reconciler::acted_on(&Provider { metadata: meta, spec: p.spec.clone(), status: None }), ready);
         let wake = match seen.insert(key, now) {
             None => true,
