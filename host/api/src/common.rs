@@ -13,6 +13,19 @@ pub struct NameRef {
     pub name: String,
 }
 
+impl NameRef {
+    /// Whether it names nothing (an optional reference left out).
+    pub fn is_unset(&self) -> bool {
+        self.name.is_empty()
+    }
+}
+
+/// For an optional reference kept as an empty [`NameRef`]: the schema has no `default` (an
+/// empty name would not pass the reference's own validation).
+pub fn no_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
+}
+
 /// A key in a Secret in the referring object's namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct SecretKeyRef {

@@ -69,6 +69,9 @@ pub enum SnapshotPhase {
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotSource {
     pub class_ref: NameRef,
+    /// Left out for an adopted VM without one.
+    #[serde(default, skip_serializing_if = "NameRef::is_unset")]
+    #[schemars(transform = crate::common::no_default)]
     pub image_ref: NameRef,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<SecretKeyRef>,

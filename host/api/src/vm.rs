@@ -38,7 +38,8 @@ pub struct VirtualMachineSpec {
     pub class_ref: NameRef,
     /// The VMImage this VM boots from. Required, unless the VM adopts one that exists
     /// (`adopt`), which keeps what it boots from.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "NameRef::is_unset")]
+    #[schemars(transform = crate::common::no_default)]
     pub image_ref: NameRef,
     /// Where the VM may run; empty means any Provider in the namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
