@@ -77,7 +77,7 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
 
     // Discovered: listed as unmanaged, with what it has.
-    let (code, out, err) = kubectl_vm(&env, &["discover", "--provider", KVM, "-o", "json"]).await?;
+    let (code, out, err) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", KVM, "-o", "json"]).await?;
     anyhow::ensure!(code == 0, "kubectl vm discover: {code} {err}");
     let listed: serde_json::Value = serde_json::from_str(&out).context("discover -o json")?;
     let found = listed["items"].as_array().into_iter().flatten().find(|m| m["backendId"] == uuid.as_str()).with_context(|| format!("{uuid} not listed: {out}"))?;
@@ -99,9 +99,9 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     let (matches, reason, message) = condition(Some(&web), "ConfigurationMatches").context("ConfigurationMatches")?;
     assert_eq!((matches.as_str(), reason.as_str()), ("False", "ConfigurationDiffers"));
     assert!(message.contains("64 MiB of memory, the class says 256"), "{message}");
-    let (code, out, _) = kubectl_vm(&env, &["discover", "--provider", KVM]).await?;
+    let (code, out, _) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", KVM]).await?;
     assert!(code == 0 && !out.contains(&uuid), "an adopted VM is no longer listed as unmanaged: {out}");
-    let (_, out, _) = kubectl_vm(&env, &["discover", "--provider", KVM, "--all"]).await?;
+    let (_, out, _) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", KVM, "--all"]).await?;
     assert!(out.lines().any(|l| l.contains(&uuid) && l.contains(&format!("{}/web", env.ns))), "--all names its Machine: {out}");
 
     // A second VirtualMachine naming it is refused, and deleting that one leaves the domain.
@@ -122,13 +122,13 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     assert_eq!(lv.state(&legacy)?, "running");
 
     // Let go: the VirtualMachine goes, the domain stays as it is, without the mark.
-    let (code, out, err) = kubectl_vm(&env, &["release", "web", "--wait", "--timeout", "120"]).await?;
+    let (code, out, err) = kubectl_vm(&env, &["release", "web", "-n", &env.ns, "--wait", "--timeout", "120"]).await?;
     anyhow::ensure!(code == 0, "kubectl vm release: {code} {out} {err}");
     assert!(vms.get_opt("web").await?.is_none());
     assert_eq!((lv.uuid(&legacy)?, lv.state(&legacy)?), (uuid.clone(), "running".to_string()), "released, not deleted");
     assert!(!mark(lv, &legacy).contains("machine-uid"), "the mark is gone: {}", mark(lv, &legacy));
     assert!(lv.volumes(&legacy)?.contains(&format!("{legacy}.qcow2")));
-    let (_, out, _) = kubectl_vm(&env, &["discover", "--provider", KVM]).await?;
+    let (_, out, _) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", KVM]).await?;
     assert!(out.contains(&uuid), "discoverable again: {out}");
 
     // Adopted again, then deleted: the domain and its volume are gone.
@@ -219,7 +219,7 @@ async fn bad_adoptions_name_what_is_wrong_and_make_nothing() -> anyhow::Result<(
 /// libvirt; `backend` checks each step on the backend's own API.
 async fn round_trip(env: &TestEnv, provider: &str, class: &str, backend_id: &str, backend: &impl Backend) -> anyhow::Result<()> {
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
-    let (code, out, err) = kubectl_vm(env, &["discover", "--provider", provider]).await?;
+    let (code, out, err) = kubectl_vm(env, &["discover", "-n", &env.ns, "--provider", provider]).await?;
     anyhow::ensure!(code == 0 && out.contains(backend_id), "discover lists {backend_id}: {code} {out} {err}");
 
     env.apply(adopting(env, "legacy", class, provider, backend_id, json!({"powerOffMode": "Hard"}))).await?;
@@ -235,7 +235,7 @@ async fn round_trip(env: &TestEnv, provider: &str, class: &str, backend_id: &str
     wait_for(&vms, "legacy", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
     assert_eq!(backend.power(backend_id).await?, "on");
 
-    let (code, out, err) = kubectl_vm(env, &["release", "legacy", "--wait", "--timeout", "120"]).await?;
+    let (code, out, err) = kubectl_vm(env, &["release", "legacy", "-n", &env.ns, "--wait", "--timeout", "120"]).await?;
     anyhow::ensure!(code == 0, "kubectl vm release: {code} {out} {err}");
     assert_eq!(backend.owner(backend_id).await?, None, "released: the mark is gone");
     assert_eq!(backend.power(backend_id).await?, "on", "released: still there, running");

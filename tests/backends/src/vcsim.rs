@@ -238,7 +238,8 @@ impl Vcsim {
         self.vm_property(vm, "name").await?.ok_or_else(|| anyhow!("{vm} has no name"))
     }
 
-    /// A VM's `config.extraConfig` value for `key`.
+    /// A VM's `config.extraConfig` value for `key` (the last one: vcsim appends an entry for each
+    /// change of a key, where vCenter keeps one; an empty value is vSphere's removal).
     pub async fn extra_config(&self, vm: &str, key: &str) -> anyhow::Result<Option<String>> {
         let xml = self.call(&props_request("VirtualMachine", vm, &["config.extraConfig"])).await?;
         let doc = roxmltree::Document::parse(&xml)?;
@@ -248,7 +249,8 @@ impl Vcsim {
         Ok(doc
             .descendants()
             .filter(|n| n.has_tag_name("OptionValue"))
-            .find(|n| child_text(*n, "key").as_deref() == Some(key))
+            .filter(|n| child_text(*n, "key").as_deref() == Some(key))
+            .last()
             .and_then(|n| child_text(n, "value")))
     }
 
