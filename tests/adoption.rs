@@ -336,3 +336,62 @@ async fn a_vm_created_over_the_pve_api_is_adopted_managed_released_and_deleted_o
     assert_eq!(pve.vms().await?.len(), before - 1, "banlieue made no VM of its own; the adopted one was deleted");
     Ok(())
 }
+
+/// A pool adopts three VMs that exist (cloned over vim25, matched by name), makes the other two
+/// of its five, and scales in to two in the documented order — the newest first, names breaking
+/// ties — treating adopted members as any other: the VM of an adopted member it drops is deleted.
+#[tokio::test]
+async fn a_pool_adopts_three_existing_vms_makes_two_more_and_scales_in_to_two() -> anyhow::Result<()> {
+    use banlieue_api::VirtualMachinePool;
+    let env = TestEnv::start("adopt-pool").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let mut existing = Vec::new();
+    for i in 0..3 {
+        let moref = vc.clone_outside(&format!("fleet-{i}-{}", env.ns)).await?;
+        existing.push(vc.vm_property(&moref, "config.instanceUuid").await?.context("an instance UUID")?);
+    }
+    let pool = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "fleet", "namespace": env.ns},
+                      "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "fleet"}},
+                               "adoptSelector": {"names": [format!("fleet-*-{}", env.ns)]},
+                               "template": {"metadata": {"labels": {"app": "fleet"}},
+                                            "spec": {"classRef": {"name": n.vm_class}, "imageRef": {"name": n.image},
+                                                     "placement": {"providerRef": {"name": VCENTER}}, "powerOffMode": "Hard"}}}});
+    env.apply(pool).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let members = |want: i32| move |p: Option<&VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == want && s.ready_replicas == want);
+    wait_for(&pools, "fleet", 180, "5 Ready members", members(5)).await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let adopted: std::collections::BTreeMap<String, String> = vms
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|vm| Some((vm.name_any(), vm.spec.adopt?.backend_id)))
+        .collect();
+    assert_eq!(adopted.values().cloned().collect::<std::collections::BTreeSet<_>>(), existing.iter().cloned().collect(), "the three existing VMs are members");
+    for (member, id) in &adopted {
+        let uid = machines(&env, "VSphere").get(member).await?.uid().unwrap_or_default();
+        assert_eq!(OnVcsim(&vc).owner(id).await?.as_deref(), Some(uid.as_str()), "{member} marked its VM");
+    }
+    let made: Vec<String> = vc.vm_names().await?.into_iter().filter(|name| name.starts_with(&format!("{}_fleet-", env.ns))).collect();
+    assert_eq!(made.len(), 2, "two made: {made:?}");
+
+    pools.patch("fleet", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 2}}))).await?;
+    wait_for(&pools, "fleet", 180, "2 Ready members", members(2)).await?;
+    for gone in ["fleet-2", "fleet-3", "fleet-4"] {
+        await_deleted(&vms, gone).await?;
+    }
+    let left: Vec<String> = vms.list(&Default::default()).await?.items.iter().map(|vm| vm.name_any()).collect();
+    assert_eq!(left, ["fleet-0", "fleet-1"], "the newest went first");
+    assert!(adopted.contains_key("fleet-0") && adopted.contains_key("fleet-1"), "what stays is adopted: {adopted:?}");
+    let dropped = &adopted["fleet-2"];
+    assert!(!OnVcsim(&vc).exists(dropped).await?, "the dropped adopted member's VM is deleted like any member's");
+    for kept in [&adopted["fleet-0"], &adopted["fleet-1"]] {
+        assert!(OnVcsim(&vc).exists(kept).await?);
+    }
+    assert!(vc.vm_names().await?.iter().all(|name| !name.starts_with(&format!("{}_fleet-", env.ns))), "the made ones are gone");
+    Ok(())
+}

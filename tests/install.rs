@@ -172,11 +172,13 @@ fn fixtures(ns: &str, class: &str, backend: &Backend) -> Vec<Value> {
         // In the same namespace, referenced by nothing: no role may read it.
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bystander", "namespace": ns},
                "stringData": {"password": "not banlieue's"}}),
+        // It adopts what matches (nothing here), so it asks Provider `a` for a discovery first.
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "fleet", "namespace": ns},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "fleet"}},
+                        "adoptSelector": {"names": ["matches-nothing-*"]},
                         "template": {"metadata": {"labels": {"app": "fleet"}},
                                      "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
-                                              "powerOffMode": "Hard"}}}}),
+                                              "placement": {"providerRef": {"name": "a"}}, "powerOffMode": "Hard"}}}}),
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": ns},
                "spec": {"classRef": {"name": format!("{ns}-small")}, "imageRef": {"name": format!("{ns}-debian")},
                         "userData": {"name": "web-user-data", "key": "user-data"}, "powerOffMode": "Hard"}}),

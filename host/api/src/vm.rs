@@ -109,6 +109,18 @@ pub struct VirtualMachineSpec {
     pub paused: bool,
 }
 
+/// Which existing VMs a pool adopts as members.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptSelector {
+    /// Backend names, `*` standing for any run of characters (`billing-*`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Backend tags (Proxmox VE's); a VM carrying any of them matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
 /// A VM's CPUs and memory as its backend holds them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -496,6 +508,14 @@ pub struct VirtualMachinePoolSpec {
     /// Overrides the class's placement policy for members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_policy_ref: Option<NameRef>,
+    /// Existing VMs the pool takes as members — adopted, as a VM's `spec.adopt` does — before
+    /// it makes new ones, up to `replicas`: VMs on the template's Provider
+    /// (`template.spec.placement.providerRef`) that banlieue does not manage, that are not
+    /// templates, and whose backend name matches one of `names` (`*` stands for any run of
+    /// characters) or that carry one of `tags`. Adopted members are members like any other:
+    /// scaled in in the same order, replaced by a rolling update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt_selector: Option<AdoptSelector>,
     /// Make no change to members (no scaling, no update, no healing); status is still reported.
     #[serde(default)]
     pub paused: bool,

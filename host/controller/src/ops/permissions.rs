@@ -82,6 +82,8 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             // Read from caches; a class's PlacementPolicy is fetched when a VM is placed, a
             // template's class and image when a machine CAPI made is bound.
             rule(BANLIEUE, &["providers", "providerclasses"], WATCH),
+            // A pool that adopts reads its Provider's discovery, and asks for one (annotation).
+            rule(BANLIEUE, &["providers"], &["get", "patch"]),
             rule(BANLIEUE, &["vmclasses", "vmimages", "placementpolicies"], READ),
             // CAPI's Clusters (pausing, failure domains) and Machines (bootstrap data).
             rule(CAPI, &["clusters", "machines"], READ),

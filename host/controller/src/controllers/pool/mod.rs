@@ -13,6 +13,8 @@
 //!    [`plan::scale_in`]'s order (never a member annotated `banlieue.io/protected`), and
 //!    members waiting to apply a change of their class are restarted a few at a time
 //!    ([`plan::cycle`]);
+//!    Members it lacks are first taken from existing VMs (`spec.adoptSelector`: adopted, see
+//!    [`adoptable`]), then made;
 //! 5. status: counts, the selector for the scale subresource, `Ready`, `Progressing`
 //!    and `ReplicaFailure` (a member's placement failing for a reason the template
 //!    causes stops the pool from making more).
@@ -27,8 +29,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::vm::{UpdateStrategyType, VirtualMachinePoolStatus};
-use banlieue_api::{VirtualMachine, VirtualMachinePool};
+use banlieue_api::provider::DISCOVER_ANNOTATION;
+use banlieue_api::vm::{AdoptSelector, UpdateStrategyType, VirtualMachinePoolStatus};
+use banlieue_api::{Provider, VirtualMachine, VirtualMachinePool};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -51,6 +54,11 @@ pub const PROGRESSING: &str = "Progressing";
 pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 /// How often a pool with members on their way is looked at, besides their own changes.
 const SETTLING: Duration = Duration::from_secs(10);
+/// How old a Provider's discovery may be for a pool to adopt from it; an older one (or none)
+/// is asked for again, and the pool makes no member until it is answered.
+const DISCOVERY_MAX_AGE: Duration = Duration::from_secs(60);
+/// How often a pool waiting for its Provider's discovery looks again.
+const DISCOVERY_RECHECK: Duration = Duration::from_secs(2);
 
 /// Scheduling failures the template causes: making more members would fail the same way.
 const TEMPLATE_FAILURES: [Reason; 5] =
@@ -221,11 +229,25 @@ async fn reconcile_pool(pool: &VirtualMachinePool, pools: &Shared) -> Result<Out
             }
             (changes.pending, changes.cycling) = (pending.len(), cycling.len());
         }
+        // Members it lacks are adopted first, when the pool adopts: from a fresh discovery of
+        // its Provider (none yet: asked for, and nothing is made meanwhile).
+        let mut adopt: Vec<String> = Vec::new();
+        let mut create = create;
+        if let (Some(selector), true, None) = (&pool.spec.adopt_selector, create > 0, &changes.failure) {
+            match adoptable(ctx, pool, selector, &pools.vms).await? {
+                Adoptable::Ids(ids) => adopt = ids.into_iter().take(create).collect(),
+                Adoptable::Asked => {
+                    create = 0;
+                    next = sooner(next, Outcome::Requeue(DISCOVERY_RECHECK));
+                }
+                Adoptable::Cannot(reason, why) => changes.failure = Some((reason, why)),
+            }
+        }
         // A template that cannot work makes nothing more.
         if changes.failure.is_none() {
             let taken: BTreeSet<String> = live.iter().chain(&terminating).map(|vm| vm.name_any()).collect();
-            for member_name in free_names(&name, &taken, create) {
-                let body = member_object(pool, &member_name, &revision);
+            for (i, member_name) in free_names(&name, &taken, create).into_iter().enumerate() {
+                let body = member_object(pool, &member_name, &revision, adopt.get(i).map(String::as_str));
                 api.patch(&member_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
                 changes.created.push(member_name);
             }
@@ -356,10 +378,62 @@ fn free_names(pool: &str, taken: &BTreeSet<String>, n: usize) -> Vec<String> {
     (0..).map(|i| format!("{pool}-{i}")).filter(|name| !taken.contains(name)).take(n).collect()
 }
 
-/// A member as the pool applies it: the template, the pool's labels and its owner reference.
-fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str) -> serde_json::Value {
+/// What a pool may adopt now.
+enum Adoptable {
+    /// These backend ids, in this order.
+    Ids(Vec<String>),
+    /// Its Provider was asked for a discovery (or already is): nothing to go on yet.
+    Asked,
+    /// Why the pool cannot adopt.
+    Cannot(Reason, String),
+}
+
+/// The VMs the pool may adopt (`spec.adoptSelector`), from its Provider's discovery when it
+/// is fresh; otherwise a discovery is asked for (the Provider's `banlieue.io/discover`, unless
+/// a request of the last minute is still unanswered).
+async fn adoptable(ctx: &Context, pool: &VirtualMachinePool, selector: &AdoptSelector, vms: &Store<VirtualMachine>) -> Result<Adoptable, Error> {
+    let Some(provider) = pool.spec.template.spec.placement.as_ref().and_then(|p| p.provider_ref.as_ref()) else {
+        let why = "spec.adoptSelector needs spec.template.spec.placement.providerRef: the Provider whose VMs the pool adopts";
+        return Ok(Adoptable::Cannot(Reason::InvalidSpec, why.into()));
+    };
+    let ns = pool.namespace().unwrap_or_default();
+    let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(p) = api.get_opt(&provider.name).await? else {
+        return Ok(Adoptable::Cannot(Reason::ProviderNotFound, format!("Provider {:?} (spec.template.spec.placement.providerRef) not found", provider.name)));
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let recent = |t: Option<&str>| t.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()).is_some_and(|t| now.duration_since(t).unsigned_abs() < DISCOVERY_MAX_AGE);
+    let discovery = p.status.as_ref().and_then(|s| s.discovery.as_ref()).filter(|d| recent(d.time.as_deref()));
+    match discovery {
+        Some(d) if d.message.is_none() || !d.machines.is_empty() => {
+            let claimed: BTreeSet<String> = vms
+                .state()
+                .iter()
+                .filter(|vm| vm.namespace().as_deref() == Some(ns.as_str()))
+                .filter_map(|vm| vm.spec.adopt.as_ref().map(|a| a.backend_id.clone()))
+                .collect();
+            Ok(Adoptable::Ids(plan::adoptable(&d.machines, selector, &claimed)))
+        }
+        Some(d) => Ok(Adoptable::Cannot(Reason::AdoptionUnsupported, format!("Provider {}: {}", provider.name, d.message.clone().unwrap_or_default()))),
+        None => {
+            let asked = p.annotations().get(DISCOVER_ANNOTATION).map(String::as_str);
+            if !recent(asked) {
+                let patch = serde_json::json!({"metadata": {"annotations": {DISCOVER_ANNOTATION: now.to_string()}}});
+                api.patch(&provider.name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+            }
+            Ok(Adoptable::Asked)
+        }
+    }
+}
+
+/// A member as the pool applies it: the template, the pool's labels and its owner reference;
+/// `adopt`: the backend id of the existing VM it takes over.
+fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str, adopt: Option<&str>) -> serde_json::Value {
     let t = &pool.spec.template;
     let mut spec = t.spec.clone();
+    if let Some(id) = adopt {
+        spec.adopt = Some(banlieue_api::vm::VmAdopt { backend_id: id.to_string() });
+    }
     // The pool's placement policy, unless the template names one itself.
     if let Some(policy) = &pool.spec.placement_policy_ref {
         let placement = spec.placement.get_or_insert_with(Default::default);

@@ -1,5 +1,6 @@
 //! What a pool reconcile decides, as pure functions of the members it sees: which
-//! members go when scaling in, and how far a rolling update may go in one step.
+//! members go when scaling in, how far a rolling update may go in one step, and which
+//! existing VMs it adopts.
 //! The reconciler (`pool`) only carries the decisions out.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -109,9 +110,76 @@ pub fn resolve(value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString
     }
 }
 
+/// The backend ids of the VMs a pool may adopt (`spec.adoptSelector`) from what its Provider's
+/// discovery found: unmanaged, not templates, matching a name pattern or a tag, and not named
+/// by any VM's `spec.adopt` yet (`claimed`: one on its way); by backend id.
+pub fn adoptable(found: &[banlieue_api::provider::DiscoveredMachine], selector: &banlieue_api::vm::AdoptSelector, claimed: &BTreeSet<String>) -> Vec<String> {
+    let mut ids: Vec<String> = found
+        .iter()
+        .filter(|m| m.owner.is_none() && !m.template && !claimed.contains(&m.backend_id))
+        .filter(|m| selector.names.iter().any(|p| matches_pattern(p, &m.name)) || m.tags.iter().any(|t| selector.tags.contains(t)))
+        .map(|m| m.backend_id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn name_patterns_match_whole_names_with_star_for_any_run() {
+        for (pattern, name, matches) in [
+            ("billing-*", "billing-db", true),
+            ("billing-*", "billing-", true),
+            ("billing-*", "old-billing-db", false),
+            ("*-db", "billing-db", true),
+            ("b*g-*b", "billing-db", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("*", "anything", true),
+            ("a*a", "a", false),
+        ] {
+            assert_eq!(matches_pattern(pattern, name), matches, "{pattern} ~ {name}");
+        }
+    }
+
+    #[test]
+    fn a_pool_adopts_unmanaged_matching_vms_nobody_claims_yet() {
+        use banlieue_api::provider::{DiscoveredMachine, MachineOwner};
+        let vm = |id: &str, name: &str, tags: &[&str]| DiscoveredMachine {
+            backend_id: id.into(),
+            name: name.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            ..Default::default()
+        };
+        let mut managed = vm("4", "web-4", &[]);
+        managed.owner = Some(MachineOwner { machine: "team/x".into(), machine_uid: "u".into(), installation: String::new() });
+        let mut template = vm("5", "web-tmpl", &[]);
+        template.template = true;
+        let found = [vm("3", "web-3", &[]), vm("1", "web-1", &[]), vm("2", "db-2", &["fleet"]), managed, template, vm("6", "web-6", &[])];
+        let selector = banlieue_api::vm::AdoptSelector { names: vec!["web-*".into()], tags: vec!["fleet".into()] };
+        let claimed = BTreeSet::from(["6".to_string()]);
+        assert_eq!(adoptable(&found, &selector, &claimed), ["1", "2", "3"], "by id; managed, templates and claimed ones left out");
+        assert!(adoptable(&found, &banlieue_api::vm::AdoptSelector::default(), &claimed).is_empty(), "an empty selector adopts nothing");
+    }
 
     fn m(name: &str, revision: &str, ready: bool, domain: &str, created: i64) -> Member {
         Member { name: name.into(), revision: revision.into(), ready, failure_domain: Some(domain.into()), created, protected: false }
