@@ -402,7 +402,9 @@ async fn adoptable(ctx: &Context, pool: &VirtualMachinePool, selector: &AdoptSel
         return Ok(Adoptable::Cannot(Reason::ProviderNotFound, format!("Provider {:?} (spec.template.spec.placement.providerRef) not found", provider.name)));
     };
     let now = k8s_openapi::jiff::Timestamp::now();
-    let recent = |t: Option<&str>| t.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()).is_some_and(|t| now.duration_since(t).unsigned_abs() < DISCOVERY_MAX_AGE);
+    let recent = |t: Option<&str>| {
+        t.and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()).and_then(|t| Duration::try_from(now.duration_since(t)).ok()).is_some_and(|age| age < DISCOVERY_MAX_AGE)
+    };
     let discovery = p.status.as_ref().and_then(|s| s.discovery.as_ref()).filter(|d| recent(d.time.as_deref()));
     match discovery {
         Some(d) if d.message.is_none() || !d.machines.is_empty() => {
