@@ -161,3 +161,54 @@ fn an_instance_name_that_cannot_be_a_label_or_lease_name_is_refused_by_the_binar
     assert!(!out.status.success() && stderr.contains("--instance") && stderr.contains("Prod_1"), "{stderr}");
     Ok(())
 }
+
+/// A VM one installation adopted carries that installation's mark: another installation's VM
+/// naming it is refused, the message naming the installation that holds it, and the VM is
+/// left alone.
+#[tokio::test]
+async fn a_vm_one_installation_adopted_is_refused_to_another_naming_the_holder() -> anyhow::Result<()> {
+    let env = TestEnv::start("installations-adopt").await?;
+    env.install_crds().await?;
+    let (a, b) = (format!("{}-a", env.instance), format!("{}-b", env.instance));
+    for (tag, instance) in [("a", &a), ("b", &b)] {
+        // Their classes and Providers, not their VMs (each adopts instead).
+        for o in objects(&env, tag, Some(instance)).into_iter().filter(|o| o["kind"] != "VirtualMachine") {
+            apply(&env.client, o).await?;
+        }
+    }
+    let installation = |name: &str| {
+        let i = Installation::new(Some(name)).expect("a valid instance name");
+        move |o: &mut banlieue_controller::Options| o.installation = i
+    };
+    let libvirt = banlieue_libvirt::Connections::new().get(LIBVIRT).await?;
+    let domain = libvirt.domain_list().await?.into_iter().find(|d| d.name == "test").ok_or_else(|| anyhow::anyhow!("test:///default has no domain `test`"))?;
+    let _cp_a = ControlPlane::start_with(&env, installation(&a))?;
+    let _cp_b = ControlPlane::start_with(&env, installation(&b))?;
+    let adopting = |tag: &str, instance: &str| {
+        let class = format!("{}-{tag}", env.ns);
+        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+               "metadata": {"name": format!("adopt-{tag}"), "namespace": env.ns, "labels": {banlieue_api::INSTANCE_LABEL: instance}},
+               "spec": {"classRef": {"name": class}, "placement": {"providerRef": {"name": format!("p-{tag}")}},
+                        "adopt": {"backendId": domain.uuid}, "deletionPolicy": "Orphan"}})
+    };
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    apply(&env.client, adopting("a", &a)).await?;
+    wait_for(&vms, "adopt-a", 90, "Ready, adopted by installation a", ready).await?;
+    apply(&env.client, adopting("b", &b)).await?;
+    let refused = wait_for(&vms, "adopt-b", 90, "AlreadyManaged", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "AlreadyManaged"))
+    })
+    .await?;
+    let message = refused.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "Ready").map(|c| c.message).unwrap_or_default();
+    assert!(message.contains("another banlieue installation") && message.contains(&format!("/{a})")), "{message}");
+    let xml = libvirt.domain_xml("test").await?;
+    assert_eq!(xml.matches("machine-uid=").count(), 1, "one mark, installation a's: {xml}");
+    assert!(xml.contains(&format!("/{a}\"")), "{xml}");
+    for name in ["adopt-b", "adopt-a"] {
+        vms.delete(name, &DeleteParams::default()).await?;
+        await_deleted(&vms, name).await?;
+    }
+    let xml = libvirt.domain_xml("test").await?;
+    assert!(!xml.contains("machine-uid="), "released: {xml}");
+    Ok(())
+}
