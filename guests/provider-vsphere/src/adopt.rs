@@ -148,14 +148,30 @@ pub fn found_machines(objects: Vec<ObjectContent>) -> Vec<FoundMachine> {
 }
 
 /// One page of the VMs and templates in the Provider's scope.
+///
+/// The whole inventory is read with each VM's instance UUID only (what orders the pages); the
+/// page's VMs alone are then read whole ([`VM_FOUND`]): a thousand VMs' devices and
+/// extraConfig at once would not fit the driver's memory.
 pub fn list(config: &ProviderConfig, page: Option<&str>) -> Result<MachinePage> {
     // A token this driver never gave is refused before vCenter is asked.
     page_range(page, usize::MAX, PAGE_SIZE)?;
     let mut specs = SCOPE.to_vec();
-    specs.push(PropSpec { kind: "VirtualMachine", paths: VM_FOUND });
-    let all = found_machines(with_vim(config, |vim| vim.inventory_paged(&specs, OBJECTS_PER_ANSWER))?);
-    let (range, next) = page_range(page, all.len(), PAGE_SIZE)?;
-    Ok(MachinePage { machines: all.into_iter().skip(range.start).take(range.len()).collect(), next })
+    specs.push(PropSpec { kind: "VirtualMachine", paths: &["config.instanceUuid"] });
+    with_vim(config, |vim| {
+        let inv = Inv::of(vim.inventory_paged(&specs, OBJECTS_PER_ANSWER)?);
+        let mut ids: Vec<(String, MoRef)> = inv
+            .of_kind("VirtualMachine")
+            .filter_map(|vm| Some((vm.str("config.instanceUuid").filter(|u| !u.is_empty())?.to_string(), vm.obj.clone()?)))
+            .collect();
+        ids.sort();
+        let (range, next) = page_range(page, ids.len(), PAGE_SIZE)?;
+        let wanted: Vec<MoRef> = ids[range].iter().map(|(_, vm)| vm.clone()).collect();
+        let read = if wanted.is_empty() { Vec::new() } else { vim.objects(&wanted, VM_FOUND)? };
+        let (domains, portgroups) = (host_domains(&inv), portgroup_names(inv.of_kind("DistributedVirtualPortgroup")));
+        let mut machines: Vec<FoundMachine> = read.iter().filter_map(|vm| found_machine(vm, &domains, &portgroups)).collect();
+        machines.sort_by(|a, b| a.backend_id.cmp(&b.backend_id));
+        Ok(MachinePage { machines, next })
+    })
 }
 
 /// The backend id of the machine to adopt or release.
