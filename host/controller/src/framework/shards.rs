@@ -53,6 +53,9 @@ const FORGET_MEMBERS_AFTER: u32 = 20;
 pub struct Shards {
     count: u32,
     held: watch::Sender<BTreeSet<u32>>,
+    /// Counts shards gained, so a shard lost and then taken back is a gain however close
+    /// together the two happen (a watch of `held` alone would see no change).
+    gains: watch::Sender<u64>,
     /// Reconciles running per shard; a shard is released only when none is.
     in_flight: Mutex<HashMap<u32, usize>>,
     settled: Notify,
@@ -100,7 +103,7 @@ pub fn assigned(count: u32, members: usize, index: usize) -> impl Iterator<Item 
 
 impl Shards {
     pub fn new(count: u32) -> Arc<Shards> {
-        Arc::new(Shards { count: count.max(1), held: watch::Sender::new(BTreeSet::new()), in_flight: Mutex::default(), settled: Notify::new() })
+        Arc::new(Shards { count: count.max(1), held: watch::Sender::new(BTreeSet::new()), gains: watch::Sender::new(0), in_flight: Mutex::default(), settled: Notify::new() })
     }
 
     pub fn count(&self) -> u32 {
@@ -136,17 +139,11 @@ impl Shards {
 
     /// Yields each time this replica gains a shard (its objects need a look).
     pub fn gained(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
-        let rx = self.held.subscribe();
-        let before = rx.borrow().clone();
-        futures::stream::unfold((rx, before), |(mut rx, before)| async move {
-            loop {
-                rx.changed().await.ok()?;
-                let now = rx.borrow_and_update().clone();
-                let grew = now.iter().any(|s| !before.contains(s));
-                if grew {
-                    return Some(((), (rx, now)));
-                }
-            }
+        let rx = self.gains.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            rx.borrow_and_update();
+            Some(((), rx))
         })
     }
 
@@ -155,7 +152,9 @@ impl Shards {
     }
 
     fn gain(&self, shard: u32) {
-        self.held.send_if_modified(|h| h.insert(shard));
+        if self.held.send_if_modified(|h| h.insert(shard)) {
+            self.gains.send_modify(|n| *n += 1);
+        }
     }
 
     /// Stop acting on `shard`: no new reconcile starts, those running are cancelled.
@@ -467,5 +466,20 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), lost).await.expect("the guard learns it lost the shard").unwrap();
         assert!(shards.drained(n, Duration::from_secs(5)).await);
         assert!(shards.hold(key).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_shard_lost_and_taken_back_is_a_gain() {
+        use futures::StreamExt;
+        let shards = Shards::new(4);
+        let mut gained = std::pin::pin!(shards.gained());
+        let within = Duration::from_secs(5);
+        shards.gain(1);
+        assert!(tokio::time::timeout(within, gained.next()).await.is_ok(), "the first shard is a gain");
+        shards.stop(1);
+        shards.gain(1);
+        assert!(tokio::time::timeout(within, gained.next()).await.is_ok(), "taking back a lost shard is a gain");
+        shards.stop(1);
+        assert!(tokio::time::timeout(Duration::from_millis(100), gained.next()).await.is_err(), "a loss is not a gain");
     }
 }
