@@ -43,9 +43,15 @@ fn adopting(env: &TestEnv, name: &str, class: &str, provider: &str, backend_id: 
 /// virsh (it runs its firmware, finding nothing to boot: running is all this needs). Its UUID,
 /// and what removes it (and its volume) however the test ends.
 fn define_by_hand(lv: &'static Libvirtd, env: &TestEnv, name: &str) -> anyhow::Result<(String, Leftovers)> {
+    define_by_hand_with(lv, env, name, "64M")
+}
+
+/// [`define_by_hand`] with a disk of `size` (`virsh vol-create-as`'s, e.g. `3G`: qcow2 takes
+/// no room for it).
+fn define_by_hand_with(lv: &'static Libvirtd, env: &TestEnv, name: &str, size: &str) -> anyhow::Result<(String, Leftovers)> {
     let leftovers = Leftovers { lv, prefix: name.to_string(), volumes: vec![name.to_string()] };
     let volume = format!("{name}.qcow2");
-    lv.virsh(&["vol-create-as", &lv.pool, &volume, "64M", "--format", "qcow2"])?;
+    lv.virsh(&["vol-create-as", &lv.pool, &volume, size, "--format", "qcow2"])?;
     let xml = format!(
         "<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>\
          <os><type arch='x86_64'>hvm</type></os><devices>\
@@ -58,6 +64,27 @@ fn define_by_hand(lv: &'static Libvirtd, env: &TestEnv, name: &str) -> anyhow::R
     lv.virsh(&["define", &file.display().to_string()])?;
     lv.virsh(&["start", name])?;
     Ok((lv.uuid(name)?, leftovers))
+}
+
+/// Adopt `backend_id` as `name` and wait until its Ready condition says `reason`; its message.
+async fn refused(env: &TestEnv, name: &str, class: &str, provider: &str, backend_id: &str, reason: &str) -> anyhow::Result<String> {
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(adopting(env, name, class, provider, backend_id, json!({}))).await?;
+    let v = wait_for(&vms, name, SECS, reason, |v: Option<&VirtualMachine>| condition(v, "Ready").is_some_and(|(_, r, _)| r == reason)).await?;
+    Ok(condition(Some(&v), "Ready").map(|(_, _, m)| m).unwrap_or_default())
+}
+
+/// Memory (KiB, the persistent definition's) and CPUs of a domain, as `virsh dominfo` says.
+fn dominfo(lv: &Libvirtd, domain: &str) -> anyhow::Result<(u64, u64)> {
+    let out = lv.virsh(&["dominfo", domain])?;
+    let field = |key: &str| out.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).with_context(|| format!("{key} in {out}"));
+    Ok((field("Max memory:")?, field("CPU(s):")?))
+}
+
+/// Capacity in bytes of a volume of the test pool, as `virsh vol-info` says.
+fn capacity(lv: &Libvirtd, volume: &str) -> anyhow::Result<u64> {
+    let out = lv.virsh(&["vol-info", "--bytes", "--pool", &lv.pool, volume])?;
+    out.lines().find_map(|l| l.strip_prefix("Capacity:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).with_context(|| format!("capacity in {out}"))
 }
 
 /// The owner mark libvirt holds for the domain, as `virsh metadata` reads it (empty: none).
@@ -117,6 +144,14 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
     wait_for(&vms, "web", SECS, "PoweredOff", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOff)).await?;
     assert_eq!(lv.state(&legacy)?, "shut off");
+
+    // Brought to its class while off (applyClass): 64 → 256 MiB, its disk grown to 2 GiB.
+    assert_eq!(dominfo(lv, &legacy)?, (64 * 1024, 1));
+    vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"adopt": {"applyClass": true}}}))).await?;
+    wait_for(&vms, "web", SECS, "ConfigurationMatches", |v: Option<&VirtualMachine>| condition(v, "ConfigurationMatches").is_some_and(|(s, _, _)| s == "True")).await?;
+    assert_eq!(dominfo(lv, &legacy)?, (256 * 1024, 1), "libvirt holds the class's memory");
+    assert_eq!(capacity(lv, &format!("{legacy}.qcow2"))?, 2 << 30, "the disk grown to the class's");
+    assert_eq!(lv.uuid(&legacy)?, uuid, "the same domain, reconfigured");
     vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOn"}}))).await?;
     wait_for(&vms, "web", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
     assert_eq!(lv.state(&legacy)?, "running");
@@ -131,12 +166,28 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     let (_, out, _) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", KVM]).await?;
     assert!(out.contains(&uuid), "discoverable again: {out}");
 
-    // Adopted again, then deleted: the domain and its volume are gone.
-    env.apply(adopting(&env, "again", &n.vm_class, KVM, &uuid, json!({"powerOffMode": "Hard"}))).await?;
-    wait_for(&vms, "again", SECS, "Ready, adopted again", |v: Option<&VirtualMachine>| ready(v)).await?;
-    assert_eq!(lv.uuid(&legacy)?, uuid);
-    vms.delete("again", &DeleteParams::default()).await?;
-    await_deleted(&vms, "again").await?;
+    // Adopted again with `kubectl vm adopt`, with a class made from the domain's hardware as
+    // discovery reads it (256 MiB and a 2 GiB disk since applyClass), then deleted: the
+    // domain and its volume are gone.
+    let again = format!("{}-again", env.ns);
+    let (code, out, err) = kubectl_vm(&env, &["adopt", &uuid, "--provider", KVM, "--name", &again, "-n", &env.ns, "--wait", "--timeout", "60"]).await?;
+    anyhow::ensure!(code == 0, "kubectl vm adopt: {code} {out} {err}");
+    let class = format!("adopted-{again}");
+    assert!(out.contains(&format!("vmclass/{class} created from the VM's hardware")), "{out}");
+    let v = vms.get(&again).await?;
+    assert!(ready(Some(&v)), "--wait returned once Ready");
+    assert_eq!(condition(Some(&v), "ConfigurationMatches").map(|(s, _, m)| (s, m.contains("has the CPUs, memory and disks"))), Some(("True".into(), true)), "its class fits it");
+    assert_eq!(v.spec.desired_power_state, banlieue_api::common::PowerState::PoweredOn, "the power state it has");
+    assert_eq!((lv.uuid(&legacy)?, lv.state(&legacy)?), (uuid.clone(), "running".to_string()));
+    // Hard off for the deletion (the domain runs no guest to answer ACPI), once its Machine says so.
+    vms.patch(&again, &PatchParams::default(), &Patch::Merge(json!({"spec": {"powerOffMode": "Hard"}}))).await?;
+    wait_for(&machines(&env, "Libvirt"), &again, SECS, "powerOffMode Hard on the Machine", |m: Option<&kube::api::DynamicObject>| {
+        m.is_some_and(|m| m.data["spec"]["vm"]["powerOffMode"] == "Hard")
+    })
+    .await?;
+    vms.delete(&again, &DeleteParams::default()).await?;
+    await_deleted(&vms, &again).await?;
+    Api::<banlieue_api::VMClass>::all(env.client.clone()).delete(&class, &DeleteParams::default()).await?;
     assert!(lv.domains(&legacy)?.is_empty(), "deleted with the default policy");
     assert!(!lv.volumes(&legacy)?.contains(&format!("{legacy}.qcow2")), "with its disk");
     Ok(())
@@ -207,8 +258,30 @@ async fn bad_adoptions_name_what_is_wrong_and_make_nothing() -> anyhow::Result<(
     let v = wait_for(&vms, "imageless", SECS, "ImageNotFound", |v: Option<&VirtualMachine>| condition(v, "Scheduled").is_some_and(|(_, r, _)| r == "ImageNotFound")).await?;
     assert!(condition(Some(&v), "Scheduled").is_some_and(|(_, _, m)| m.contains("spec.imageRef is required")));
 
+    // A class that would shrink the VM's disk (3 GiB; the class's 2): refused, nothing
+    // changed — not its memory either, though it is off and the class asks for more.
+    let big = format!("big-{}", env.ns);
+    let (big_uuid, _leftovers) = define_by_hand_with(lv, &env, &big, "3G")?;
+    env.apply(adopting(
+        &env,
+        "shrink",
+        &n.vm_class,
+        KVM,
+        &big_uuid,
+        json!({"adopt": {"backendId": big_uuid, "applyClass": true}, "desiredPowerState": "PoweredOff", "powerOffMode": "Hard"}),
+    ))
+    .await?;
+    let v =
+        wait_for(&vms, "shrink", SECS, "DiskShrinkRefused", |v: Option<&VirtualMachine>| condition(v, "ConfigurationMatches").is_some_and(|(_, r, _)| r == "DiskShrinkRefused"))
+            .await?;
+    let (_, _, message) = condition(Some(&v), "ConfigurationMatches").unwrap_or_default();
+    assert!(message.contains("holds 3 GiB and is never shrunk") && message.contains("nothing was changed"), "{message}");
+    assert_eq!(dominfo(lv, &big)?, (64 * 1024, 1), "its memory left as it was");
+    assert_eq!(capacity(lv, &format!("{big}.qcow2"))?, 3 << 30, "its disk left as it was");
+    vms.patch("shrink", &PatchParams::default(), &Patch::Merge(json!({"spec": {"deletionPolicy": "Orphan"}}))).await?;
+
     assert!(lv.domains(&format!("{}_", env.ns))?.is_empty(), "nothing was made");
-    for name in ["ghost", "nowhere", "imageless"] {
+    for name in ["ghost", "nowhere", "imageless", "shrink"] {
         vms.delete(name, &DeleteParams::default()).await?;
         await_deleted(&vms, name).await?;
     }
@@ -217,7 +290,8 @@ async fn bad_adoptions_name_what_is_wrong_and_make_nothing() -> anyhow::Result<(
 
 /// Discover, adopt, power, release, adopt again and delete one VM of a backend other than
 /// libvirt; `backend` checks each step on the backend's own API.
-async fn round_trip(env: &TestEnv, provider: &str, class: &str, backend_id: &str, backend: &impl Backend) -> anyhow::Result<()> {
+async fn round_trip(env: &TestEnv, provider: &str, class_name: &str, backend_id: &str, backend: &impl Backend) -> anyhow::Result<()> {
+    let class = class_name;
     let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     let (code, out, err) = kubectl_vm(env, &["discover", "-n", &env.ns, "--provider", provider]).await?;
     anyhow::ensure!(code == 0 && out.contains(backend_id), "discover lists {backend_id}: {code} {out} {err}");
@@ -231,6 +305,16 @@ async fn round_trip(env: &TestEnv, provider: &str, class: &str, backend_id: &str
     vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
     wait_for(&vms, "legacy", SECS, "PoweredOff", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOff)).await?;
     assert_eq!(backend.power(backend_id).await?, "off", "powered off through banlieue");
+    // Brought to its class while off (applyClass), checked on the backend.
+    let classes: Api<banlieue_api::VMClass> = Api::all(env.client.clone());
+    let want = classes.get(class_name).await?.spec;
+    assert_ne!(backend.hardware(backend_id).await?, (want.cpus, want.memory_mib), "the test needs a VM unlike its class");
+    vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"adopt": {"applyClass": true}}}))).await?;
+    wait_for(&vms, "legacy", SECS, "the class's CPUs and memory in status.hardware", |v: Option<&VirtualMachine>| {
+        v.and_then(|v| v.status.as_ref()?.hardware.as_ref()).is_some_and(|h| (h.cpus, h.memory_mib) == (want.cpus, want.memory_mib))
+    })
+    .await?;
+    assert_eq!(backend.hardware(backend_id).await?, (want.cpus, want.memory_mib), "the backend holds the class's CPUs and memory");
     vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOn"}}))).await?;
     wait_for(&vms, "legacy", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
     assert_eq!(backend.power(backend_id).await?, "on");
@@ -256,6 +340,8 @@ trait Backend {
     async fn owner(&self, id: &str) -> anyhow::Result<Option<String>>;
     /// `on` or `off`.
     async fn power(&self, id: &str) -> anyhow::Result<String>;
+    /// CPUs and MiB of memory.
+    async fn hardware(&self, id: &str) -> anyhow::Result<(u32, u64)>;
     async fn exists(&self, id: &str) -> anyhow::Result<bool>;
 }
 
@@ -272,6 +358,11 @@ impl Backend for OnVcsim<'_> {
     async fn power(&self, id: &str) -> anyhow::Result<String> {
         let vm = self.0.find_vm(id).await?.context("the VM")?;
         Ok(if self.0.power_state(&vm).await? == "poweredOn" { "on" } else { "off" }.into())
+    }
+    async fn hardware(&self, id: &str) -> anyhow::Result<(u32, u64)> {
+        let vm = self.0.find_vm(id).await?.context("the VM")?;
+        let number = async |path: &str| -> anyhow::Result<u64> { self.0.vm_property(&vm, path).await?.with_context(|| format!("{path}"))?.parse().context("a number") };
+        Ok((u32::try_from(number("config.hardware.numCPU").await?)?, number("config.hardware.memoryMB").await?))
     }
     async fn exists(&self, id: &str) -> anyhow::Result<bool> {
         Ok(self.0.find_vm(id).await?.is_some())
@@ -301,6 +392,16 @@ impl Backend for OnFakePve<'_> {
         let status = self.0.vm_status(&node, id.parse()?).await?;
         Ok(if status["status"] == "running" { "on" } else { "off" }.into())
     }
+    async fn hardware(&self, id: &str) -> anyhow::Result<(u32, u64)> {
+        let node = self.node_of(id).await?.context("the VM")?;
+        let config = self.0.vm_config(&node, id.parse()?).await?;
+        let number = |key: &str, default: u64| match &config[key] {
+            serde_json::Value::Null => Ok(default),
+            serde_json::Value::Number(n) => n.as_u64().context("a number"),
+            v => v.as_str().unwrap_or_default().parse::<u64>().with_context(|| format!("{key}: {v}")),
+        };
+        Ok((u32::try_from(number("cores", 1)? * number("sockets", 1)?)?, number("memory", 0)?))
+    }
     async fn exists(&self, id: &str) -> anyhow::Result<bool> {
         Ok(self.node_of(id).await?.is_some())
     }
@@ -315,6 +416,32 @@ async fn a_vm_cloned_over_vim25_is_adopted_managed_released_and_deleted_on_vcsim
     let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
     let moref = vc.clone_outside(&format!("legacy-{}", env.ns)).await?;
     let uuid = vc.vm_property(&moref, "config.instanceUuid").await?.context("an instance UUID")?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+
+    // Running, as a VM in use is (vcsim leaves a clone off whatever the clone spec says).
+    if OnVcsim(&vc).power(&uuid).await? != "on" {
+        vc.power_on_outside(&moref).await?;
+    }
+    // A template is listed, never adopted: refused, left without a mark.
+    let template = vc.vm_at(&format!("DC0/vm/{}", vcsim::TEMPLATE)).await?.context("vcsim's template")?;
+    let template_id = vc.vm_property(&template, "config.instanceUuid").await?.context("its instance UUID")?;
+    let why = refused(&env, "tmpl", &n.vm_class, VCENTER, &template_id, "InvalidSpec").await?;
+    assert!(why.contains("is a template"), "{why}");
+    // A VM of another Provider's backend, named on the libvirtd one: not found there, and the
+    // message names the Provider whose discovery lists it.
+    let kvm = libvirtd_fixtures(&env, Libvirtd::shared()?).await?;
+    let (code, out, err) = kubectl_vm(&env, &["discover", "-n", &env.ns, "--provider", VCENTER]).await?;
+    anyhow::ensure!(code == 0 && out.contains(&uuid), "discover lists {uuid}: {code} {out} {err}");
+    let why = refused(&env, "elsewhere", &kvm.vm_class, KVM, &uuid, "NotFound").await?;
+    assert!(why.contains(&format!("Provider {VCENTER}'s discovery lists it")), "{why}");
+    for name in ["tmpl", "elsewhere"] {
+        vms.delete(name, &DeleteParams::default()).await?;
+        await_deleted(&vms, name).await?;
+    }
+    assert_eq!(OnVcsim(&vc).owner(&template_id).await?, None, "the template carries no mark");
+    assert_eq!(vc.is_template(vcsim::TEMPLATE).await?, Some(true), "deleting the refused VMs left the template");
+    assert_eq!((OnVcsim(&vc).owner(&uuid).await?, OnVcsim(&vc).power(&uuid).await?), (None, "on".to_string()), "nor touched the VM");
+
     round_trip(&env, VCENTER, &n.vm_class, &uuid, &OnVcsim(&vc)).await?;
     // Never recreated: the one VM of that name, until it was deleted.
     assert!(vc.vm_names().await?.iter().all(|name| !name.starts_with(&format!("{}_", env.ns))), "banlieue made no VM of its own");
@@ -332,6 +459,17 @@ async fn a_vm_created_over_the_pve_api_is_adopted_managed_released_and_deleted_o
     pve.run_task("pve1", "POST", "/nodes/pve1/qemu", &[("vmid", vmid), ("name", "legacy-db"), ("memory", "512"), ("cores", "1"), ("description", "the billing database")]).await?;
     pve.run_task("pve1", "POST", &format!("/nodes/pve1/qemu/{vmid}/status/start"), &[]).await?;
     let before = pve.vms().await?.len();
+
+    // fakepve's template is refused, left as it was.
+    let template = banlieue_test_backends::fakepve::TEMPLATE_VMID.to_string();
+    let config_before = pve.vm_config("pve1", banlieue_test_backends::fakepve::TEMPLATE_VMID).await?;
+    let why = refused(&env, "tmpl", &n.vm_class, PVE, &template, "InvalidSpec").await?;
+    assert!(why.contains("is a template"), "{why}");
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    vms.delete("tmpl", &DeleteParams::default()).await?;
+    await_deleted(&vms, "tmpl").await?;
+    assert_eq!(pve.vm_config("pve1", banlieue_test_backends::fakepve::TEMPLATE_VMID).await?, config_before, "the template untouched");
+
     round_trip(&env, PVE, &n.vm_class, vmid, &OnFakePve(&pve)).await?;
     assert_eq!(pve.vms().await?.len(), before - 1, "banlieue made no VM of its own; the adopted one was deleted");
     Ok(())

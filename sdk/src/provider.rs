@@ -6,9 +6,9 @@
 
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, Hardware, ImagePhase,
-    FoundMachine, ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus,
-    Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
+    ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState,
+    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 pub use crate::{Error, Result};
 
@@ -78,6 +78,11 @@ pub trait Driver {
     /// Stamp `mark` on machine `machine.backend_id` unless it carries one; return it as found.
     fn adopt(_config: &ProviderConfig, machine: &MachineRef, _mark: &OwnerMark) -> Result<FoundMachine> {
         Err(Error::InvalidSpec(format!("this driver does not adopt machines (machine {})", machine.name)))
+    }
+    /// Bring adopted, powered-off machine `machine.backend_id` to `want` (CPUs, memory, disks
+    /// grown by position; never shrunk, never added).
+    fn reconfigure(_config: &ProviderConfig, machine: &MachineRef, _want: &HardwareTarget) -> Result<MachineStatus> {
+        Err(Error::InvalidSpec(format!("this driver does not reconfigure adopted machines (machine {})", machine.name)))
     }
     /// Remove `mark` from machine `machine.backend_id`, leaving it as it is; gone is success.
     fn release(_config: &ProviderConfig, machine: &MachineRef, _mark: &OwnerMark) -> Result<()> {
@@ -272,6 +277,9 @@ macro_rules! export_provider {
                 }
                 fn release(config: wit::ProviderConfig, machine: wit::MachineRef, mark: wit::OwnerMark) -> ::core::result::Result<(), wit::Error> {
                     D::release(&config, &machine, &mark)
+                }
+                fn reconfigure(config: wit::ProviderConfig, machine: wit::MachineRef, want: wit::HardwareTarget) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    D::reconfigure(&config, &machine, &want)
                 }
             }
             $crate::bindings::provider::export_provider_world!(Exported with_types_in $crate::bindings::provider);

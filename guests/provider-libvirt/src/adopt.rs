@@ -13,7 +13,9 @@
 //!   read-only ones but the seed of a domain banlieue once made).
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo};
-use banlieue_sdk::provider::{Address, AddressType, FoundMachine, MachinePage, MachineRef, OwnerMark, PowerOff, ProviderConfig, ignore_not_found, page_range, power_off};
+use banlieue_sdk::provider::{
+    Address, AddressType, FoundMachine, HardwareTarget, MachinePage, MachineRef, MachineStatus, OwnerMark, PowerOff, ProviderConfig, ignore_not_found, page_range, power_off,
+};
 
 use banlieue_sdk::{Error, Result, info, warn};
 
@@ -113,6 +115,41 @@ pub fn release(machine: &MachineRef, mark: &OwnerMark) -> Result<()> {
         None => {}
     }
     Ok(())
+}
+
+/// Bring the adopted, shut-off domain to `want`: vCPUs and memory by redefining it, each
+/// disk's pool volume grown (by the position `describe` reports disks in). Every disk is
+/// checked before anything changes, so a shrink refused leaves the domain as it was.
+pub fn reconfigure(config: &ProviderConfig, machine: &MachineRef, id: &str, want: &HardwareTarget) -> Result<MachineStatus> {
+    let domain = lookup(machine, id)?;
+    if spec::is_active(domain.state) {
+        return Err(Error::InvalidSpec(format!("libvirt domain {} is not shut off: its hardware is changed only while it is", domain.name)));
+    }
+    let domain_xml = libvirt::domain_xml(&domain.name)?;
+    let hw = xml::hardware(&domain_xml);
+    let volumes = volumes_of(&hw)?;
+    let mut grow = Vec::new();
+    for (d, gib) in hw.disks.iter().filter(|d| !d.readonly).zip(&want.disk_sizes_gib) {
+        let Some(have) = volumes.iter().find(|(pool, v)| *pool == d.pool && v.name == d.volume).map(|(_, v)| v.capacity_bytes) else {
+            warn!("disk {} of libvirt domain {} is no pool volume: it is not grown", d.dev, domain.name);
+            continue;
+        };
+        if *gib < have >> 30 {
+            return Err(Error::InvalidSpec(format!("disk {} ({}) of libvirt domain {} holds {} GiB; it is never shrunk to {gib} GiB", d.dev, d.volume, domain.name, have >> 30)));
+        }
+        if gib << 30 > have {
+            grow.push((d, gib << 30));
+        }
+    }
+    if hw.cpus != want.cpus || hw.memory_mib != want.memory_mib {
+        info!("redefining adopted libvirt domain {}: {} vCPUs, {} MiB (was {}, {})", domain.name, want.cpus, want.memory_mib, hw.cpus, hw.memory_mib);
+        libvirt::domain_define(&xml::with_cpus_and_memory(&domain_xml, want.cpus, want.memory_mib)?)?;
+    }
+    for (d, bytes) in grow {
+        info!("growing volume {} in pool {} of adopted libvirt domain {} to {} GiB", d.volume, d.pool, domain.name, bytes >> 30);
+        libvirt::volume_resize(&d.pool, &d.volume, bytes)?;
+    }
+    crate::describe_domain(config, &domain.name)
 }
 
 /// Power the adopted domain off per `off`, undefine it, delete the pool volumes its disks are.

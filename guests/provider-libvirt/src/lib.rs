@@ -127,7 +127,7 @@ fn lookup(machine: &MachineRef) -> Result<DomainInfo> {
     }
 }
 
-fn describe_domain(config: &ProviderConfig, name: &str) -> Result<MachineStatus> {
+pub(crate) fn describe_domain(config: &ProviderConfig, name: &str) -> Result<MachineStatus> {
     let domain = find(name)?.ok_or_else(|| Error::NotFound(format!("libvirt domain {name} does not exist")))?;
     let xml = libvirt::domain_xml(name)?;
     let addresses = addresses(&domain, spec::virt_type(config));
@@ -536,6 +536,12 @@ impl Driver for Libvirt {
 
     fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &banlieue_sdk::provider::OwnerMark) -> Result<banlieue_sdk::provider::FoundMachine> {
         adopt::adopt(config, machine, mark)
+    }
+
+    fn reconfigure(config: &ProviderConfig, machine: &MachineRef, want: &banlieue_sdk::provider::HardwareTarget) -> Result<MachineStatus> {
+        let id = adopt::backend_id(machine)
+            .ok_or_else(|| Error::InvalidSpec(format!("machine {}/{} was not adopted: its hardware follows its class through create", machine.namespace, machine.name)))?;
+        adopt::reconfigure(config, machine, id, want)
     }
 
     fn release(_config: &ProviderConfig, machine: &MachineRef, mark: &banlieue_sdk::provider::OwnerMark) -> Result<()> {

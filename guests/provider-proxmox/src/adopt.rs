@@ -24,7 +24,7 @@
 //!   have their config (hardware, tags, mark) and, running, `status/current` read, and their
 //!   addresses from the guest agent when their config enables it.
 
-use banlieue_sdk::provider::{Address, FoundMachine, MachinePage, MachineRef, OwnerMark, PowerState, ProviderConfig, Result, page_range};
+use banlieue_sdk::provider::{Address, FoundMachine, HardwareTarget, MachinePage, MachineRef, MachineStatus, OwnerMark, PowerState, ProviderConfig, Result, page_range};
 use banlieue_sdk::{Error, info, warn};
 use serde_json::Value;
 
@@ -389,6 +389,20 @@ pub fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) ->
     info!("VM {vmid} ({name}) on {} adopted by machine {} ({})", vm.node, mark.machine, mark.machine_uid);
     // Read back: what is returned is the mark PVE holds now.
     found(&pve, &entry)
+}
+
+/// Bring adopted, stopped VM `machine.backend_id` to `want`: cores, memory, its disks grown
+/// (in the order `describe` reports them); a shrink is refused before anything changes.
+pub fn reconfigure(config: &ProviderConfig, machine: &MachineRef, want: &HardwareTarget) -> Result<MachineStatus> {
+    let pve = Pve::connect(config)?;
+    let vm = crate::lookup(&pve, machine)?;
+    if crate::power_state_of(&pve.get(&format!("{}/status/current", vm.path()))?) != PowerState::PoweredOff {
+        return Err(Error::InvalidSpec(format!("Proxmox VE VM {} is not stopped: its hardware is changed only while it is", vm.vmid)));
+    }
+    let names: Vec<String> = (0..want.disk_sizes_gib.len()).map(|i| format!("#{i}")).collect();
+    let disks: Vec<(&str, u64)> = names.iter().map(String::as_str).zip(want.disk_sizes_gib.iter().copied()).collect();
+    crate::reshape(&pve, &vm, want.cpus, want.memory_mib, &disks)?;
+    crate::status(&pve, &vm, Vec::new())
 }
 
 /// Take `mark` off VM `machine.backend_id`; a VM that is gone or unmarked is success, one

@@ -489,21 +489,29 @@ pub(crate) fn hardware(cfg: &Value) -> Hardware {
 /// matched by position; never shrunk: refused). A disk the VM lacks is not added here:
 /// describe shows it missing, and the host says so.
 pub(crate) fn apply_hardware(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<()> {
+    let disks: Vec<(&str, u64)> = machine.disks.iter().map(|d| (d.name.as_str(), d.size_gib)).collect();
+    reshape(pve, vm, machine.cpus, machine.memory_mib, &disks)
+}
+
+/// Bring a stopped VM to `cpus`, `memory_mib` and each disk (by position, named for
+/// messages) to its size; every disk is checked before anything changes, so a shrink
+/// refused changes nothing.
+pub(crate) fn reshape(pve: &Pve, vm: &Vm, cpus: u32, memory_mib: u64, disks: &[(&str, u64)]) -> Result<()> {
     let cfg = pve.get(&format!("{}/config", vm.path()))?;
     let have = hardware(&cfg);
     let keys = disk_keys(&cfg);
     let mut grow = Vec::new();
-    for ((disk, key), had) in machine.disks.iter().zip(&keys).zip(&have.disks) {
-        if disk.size_gib < had.size_gib {
-            return Err(Error::InvalidSpec(format!("disk {} ({key}) of VM {} holds {} GiB; it is never shrunk to {} GiB", disk.name, vm.vmid, had.size_gib, disk.size_gib)));
+    for (((name, gib), key), had) in disks.iter().zip(&keys).zip(&have.disks) {
+        if *gib < had.size_gib {
+            return Err(Error::InvalidSpec(format!("disk {name} ({key}) of VM {} holds {} GiB; it is never shrunk to {gib} GiB", vm.vmid, had.size_gib)));
         }
-        if disk.size_gib > had.size_gib {
-            grow.push((key.clone(), disk.size_gib));
+        if *gib > had.size_gib {
+            grow.push((key.clone(), *gib));
         }
     }
-    if have.cpus != machine.cpus || have.memory_mib != machine.memory_mib {
-        info!("reconfiguring VM {}: {} cores, {} MiB (was {}, {})", vm.vmid, machine.cpus, machine.memory_mib, have.cpus, have.memory_mib);
-        let params = [("cores".to_string(), machine.cpus.max(1).to_string()), ("sockets".to_string(), "1".to_string()), ("memory".to_string(), machine.memory_mib.to_string())];
+    if have.cpus != cpus || have.memory_mib != memory_mib {
+        info!("reconfiguring VM {}: {cpus} cores, {memory_mib} MiB (was {}, {})", vm.vmid, have.cpus, have.memory_mib);
+        let params = [("cores".to_string(), cpus.max(1).to_string()), ("sockets".to_string(), "1".to_string()), ("memory".to_string(), memory_mib.to_string())];
         pve.request("PUT", &format!("{}/config", vm.path()), &params).map_err(|e| e.context(format_args!("reconfiguring VM {}", vm.vmid)))?;
     }
     for (key, gib) in grow {
@@ -951,6 +959,10 @@ impl Driver for Proxmox {
 
     fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<FoundMachine> {
         adopt::adopt(config, machine, mark)
+    }
+
+    fn reconfigure(config: &ProviderConfig, machine: &MachineRef, want: &banlieue_sdk::provider::HardwareTarget) -> Result<MachineStatus> {
+        adopt::reconfigure(config, machine, want)
     }
 
     fn release(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<()> {

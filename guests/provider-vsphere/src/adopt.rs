@@ -18,12 +18,12 @@
 //!   cluster, named as `probe` names it; a VM on a standalone host (which `probe` does not
 //!   offer) has none: an empty name.
 
-use banlieue_sdk::provider::{FoundMachine, Hardware, Machine, MachinePage, MachineRef, OwnerMark, ProviderConfig, Result, page_range};
+use banlieue_sdk::provider::{FoundMachine, Hardware, HardwareTarget, Machine, MachinePage, MachineRef, MachineStatus, OwnerMark, PowerState, ProviderConfig, Result, page_range};
 use banlieue_sdk::session::SessionError;
 use banlieue_sdk::{Error, info, warn};
 use std::collections::BTreeMap;
 
-use crate::soap::{self, ConfigSpec, MoRef, Node, ObjectContent, PropSpec};
+use crate::soap::{self, ConfigSpec, DiskChange, MoRef, Node, ObjectContent, PropSpec};
 use crate::vim::{VResult, Vim};
 use crate::{Inv, PortGroups, addresses, hardware, portgroup_names, power_state, with_vim};
 
@@ -237,6 +237,42 @@ pub fn adopt(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) ->
         let portgroups = portgroup_names(inv.of_kind("DistributedVirtualPortgroup"));
         found_machine(&p, &host_domains(&inv), &portgroups)
             .ok_or_else(|| Error::Internal(format!("vSphere VM {name} ({id}) has no instance UUID any more")).into())
+    })
+}
+
+/// Bring adopted, powered-off VM `machine.backend_id` to `want` in one `ReconfigVM_Task`:
+/// CPUs, memory, and each virtual disk (controller and unit order, as `describe` reports
+/// them) grown. Every disk is checked first, so a shrink refused changes nothing.
+pub fn reconfigure(config: &ProviderConfig, machine: &MachineRef, want: &HardwareTarget) -> Result<MachineStatus> {
+    with_vim(config, |vim| {
+        let vm = crate::lookup(vim, machine)?;
+        let p = vim.props(&vm, &["name", "runtime.powerState", "config.hardware.numCPU", "config.hardware.memoryMB", "config.hardware.device", "config.changeVersion"])?;
+        let name = p.str("name").unwrap_or(&vm.value).to_string();
+        if power_state(p.str("runtime.powerState")) != PowerState::PoweredOff {
+            return Err(Error::InvalidSpec(format!("vSphere VM {name} is not powered off: its hardware is changed only while it is")).into());
+        }
+        let mut disks = Vec::new();
+        for (disk, gib) in crate::virtual_disks(p.props.get("config.hardware.device")).into_iter().zip(&want.disk_sizes_gib) {
+            let have = disk.capacity_kib.div_ceil(1 << 20);
+            if *gib < have {
+                return Err(Error::InvalidSpec(format!("{} ({}) of vSphere VM {name} holds {have} GiB; it is never shrunk to {gib} GiB", disk.label, disk.file)).into());
+            }
+            if *gib > have {
+                disks.push(DiskChange::Grow { disk, capacity_kib: gib << 20 });
+            }
+        }
+        if p.u64("config.hardware.numCPU") != u64::from(want.cpus) || p.u64("config.hardware.memoryMB") != want.memory_mib || !disks.is_empty() {
+            info!("reconfiguring adopted vSphere VM {name}: {} CPUs, {} MiB, {} disk(s) grown", want.cpus, want.memory_mib, disks.len());
+            let spec = ConfigSpec {
+                change_version: p.str("config.changeVersion").map(str::to_string),
+                cpus: Some(want.cpus),
+                memory_mib: Some(want.memory_mib),
+                disks,
+                ..Default::default()
+            };
+            vim.run_task(&format!("ReconfigVM_Task {name}"), &soap::reconfigure(&vm, &spec))?;
+        }
+        crate::describe_vm(vim, &vm)
     })
 }
 

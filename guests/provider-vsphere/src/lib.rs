@@ -998,6 +998,10 @@ impl Driver for VSphere {
         adopt::adopt(config, machine, mark)
     }
 
+    fn reconfigure(config: &ProviderConfig, machine: &MachineRef, want: &banlieue_sdk::provider::HardwareTarget) -> Result<MachineStatus> {
+        adopt::reconfigure(config, machine, want)
+    }
+
     fn release(config: &ProviderConfig, machine: &MachineRef, mark: &OwnerMark) -> Result<()> {
         adopt::release(config, machine, mark)
     }

@@ -137,6 +137,13 @@ pub struct VmAdopt {
     /// What the backend calls it, as `kubectl vm discover` shows it: a libvirt domain UUID,
     /// a vSphere instance UUID, a Proxmox VE VM id.
     pub backend_id: String,
+    /// Bring the VM to its class — CPUs, memory, each disk grown by position — while it is
+    /// powered off (as a class change is: at once when off, else per `updatePolicy`). A disk
+    /// larger than the class's is never shrunk: `ConfigurationMatches=False/DiskShrinkRefused`
+    /// and nothing is changed. Disks the VM lacks are not added. Off (the default): the VM
+    /// keeps the hardware it has, and a difference is only reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apply_class: bool,
 }
 
 /// What deleting a VirtualMachine does to its backend VM.

@@ -24,9 +24,9 @@ pub(crate) mod bindings {
 }
 
 pub use bindings::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, ImagePhase,
-    ImageRequest, ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus,
-    OwnerMark, PowerOff, PowerOffMode, PowerState, ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
+    ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState,
+    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
 };
 
 /// A provider driver ready to be called.
@@ -219,6 +219,13 @@ impl ProviderDriver {
         let found = call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_adopt(&mut store, config, machine, mark).await)?;
         validate::found_machine(&found)?;
         Ok(found)
+    }
+
+    /// Bring adopted, powered-off machine `machine.backend_id` to `want`; it as described.
+    pub async fn reconfigure(&self, config: &ProviderConfig, machine: &MachineRef, want: &HardwareTarget, limits: Limits, grants: Grants) -> Result<MachineStatus, CallError> {
+        let st = call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_reconfigure(&mut store, config, machine, want).await)?;
+        validate::machine_status("reconfigure", &st)?;
+        Ok(st)
     }
 
     /// Remove `mark` from machine `machine.backend_id`, leaving the machine as it is.

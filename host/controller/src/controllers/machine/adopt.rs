@@ -8,7 +8,8 @@
 //! never stamp one VM at once (`Context::adopting`). From then on the machine is found by its
 //! backend id — the driver checks the mark on every call — and managed like any other, except
 //! that `create` is never called for it: its hardware is reported against its class
-//! (`ConfigurationMatches`), not changed.
+//! (`ConfigurationMatches`), and changed — by the driver's `reconfigure`, never shrinking a
+//! disk — only when its VM says `applyClass` ([`super::hardware::wanted`]).
 
 use banlieue_runtime::provider::{FoundMachine, MachineRef, MachineStatus, OwnerMark};
 use kube::api::{ApiResource, DynamicObject};
@@ -25,14 +26,37 @@ pub(super) async fn adopt(ctx: &Context, m: &DynamicObject, resource: &ApiResour
     let mark = mark(ctx, m).await?;
     let _claim = Claim::take(ctx, &format!("{}/{backend_id}", b.config.provider), &mark)?;
     let _op = operation(b)?;
-    let found = call(ctx, b, "adopt", b.driver.component.adopt(&b.config, r, &mark, b.driver.limits, b.grants.clone()))
-        .await
-        .map_err(|f| f.context(format_args!("adopting backend VM {backend_id} on Provider {}", b.config.provider)))?;
+    let found = match call(ctx, b, "adopt", b.driver.component.adopt(&b.config, r, &mark, b.driver.limits, b.grants.clone())).await {
+        Ok(found) => found,
+        Err(f) => {
+            let f = f.context(format_args!("adopting backend VM {backend_id} on Provider {}", b.config.provider));
+            return Err(match f.reason {
+                Reason::NotFound => match elsewhere(ctx, m, &b.config.provider, backend_id).await {
+                    Some(other) => Failure { message: format!("{}; Provider {other}'s discovery lists it: set spec.placement.providerRef to {other}", f.message), ..f },
+                    None => f,
+                },
+                _ => f,
+            });
+        }
+    };
     owned(&found, &mark)?;
     let status = call(ctx, b, "describe", b.driver.component.describe(&b.config, r, b.driver.limits, b.grants.clone())).await?;
     let note = format!("adopted backend VM {} ({backend_id}), {:?}, as it was", found.name, found.power_state);
     ctx.event(&m.object_ref(resource), false, Reason::Adopted, "Adopt", note).await;
     Ok(status)
+}
+
+/// Another Provider of the machine's namespace whose last discovery lists `backend_id`: the
+/// VM a user named on the wrong Provider (its scope is another backend, or other credentials).
+async fn elsewhere(ctx: &Context, m: &DynamicObject, provider: &str, backend_id: &str) -> Option<String> {
+    let providers: kube::Api<banlieue_api::Provider> = kube::Api::namespaced(ctx.client.clone(), &m.namespace()?);
+    let list = providers.list(&Default::default()).await.ok()?;
+    let this = provider.rsplit('/').next().unwrap_or(provider);
+    list.items.into_iter().find_map(|p| {
+        let name = p.name_any();
+        let lists = p.status.as_ref()?.discovery.as_ref()?.machines.iter().any(|d| d.backend_id == backend_id);
+        (name != this && lists).then_some(name)
+    })
 }
 
 /// Remove this machine's mark from its VM and leave the VM as it is (`Orphan`).

@@ -63,6 +63,20 @@ pub(super) fn pending(want: &ResolvedVm, observed: Option<&wit::Hardware>) -> Ch
     observed.map(|hw| changes(want, &reported(want, hw))).unwrap_or_default()
 }
 
+/// The changes to make to a machine's hardware while it is off, and for an adopted one the
+/// hardware its driver's `reconfigure` is asked for (the others take theirs from `create`).
+/// An adopted machine keeps the hardware it came with unless its VM says `applyClass`.
+pub(super) fn wanted(want: &ResolvedVm, observed: Option<&wit::Hardware>) -> (Changes, Option<wit::HardwareTarget>) {
+    match (&want.adopt, observed) {
+        (None, _) => (pending(want, observed), None),
+        (Some(a), Some(hw)) if a.apply_class => {
+            let (changes, target) = to_class(want, &reported(want, hw));
+            (changes, Some(target))
+        }
+        (Some(_), _) => (Changes::default(), None),
+    }
+}
+
 /// What differs between `want` (the machine's spec) and `have` (the backend). Disks are
 /// matched by name (drivers name them after the spec, or the host by position); a disk
 /// the backend lacks is a change too (some backends add it while off; the others leave it,
@@ -86,6 +100,35 @@ pub(super) fn changes(want: &ResolvedVm, have: &MachineHardware) -> Changes {
         }
     }
     c
+}
+
+/// What bringing an adopted VM (`have`) to its class (`want`, `spec.adopt.applyClass`)
+/// changes — CPUs, memory, each disk grown by position; a disk the class makes smaller is
+/// refused, disks the VM lacks are not added — and the hardware to ask its driver for.
+pub(super) fn to_class(want: &ResolvedVm, have: &MachineHardware) -> (Changes, wit::HardwareTarget) {
+    let mut c = Changes::default();
+    if want.cpus != have.cpus {
+        c.apply.push(format!("{} → {} CPUs", have.cpus, want.cpus));
+    }
+    if want.memory_mib != have.memory_mib {
+        c.apply.push(format!("{} → {} MiB of memory", have.memory_mib, want.memory_mib));
+    }
+    let mut sizes = Vec::with_capacity(have.disks.len());
+    for (i, h) in have.disks.iter().enumerate() {
+        let size = match want.disks.get(i) {
+            Some(w) if w.size_gib > h.size_gib => {
+                c.apply.push(format!("disk {} {} → {} GiB", h.name, h.size_gib, w.size_gib));
+                w.size_gib
+            }
+            Some(w) if w.size_gib < h.size_gib => {
+                c.refused.push(format!("disk {} holds {} GiB and is never shrunk to the class's {} ({} GiB)", h.name, h.size_gib, w.name, w.size_gib));
+                h.size_gib
+            }
+            _ => h.size_gib,
+        };
+        sizes.push(size);
+    }
+    (c, wit::HardwareTarget { cpus: want.cpus, memory_mib: want.memory_mib, disk_sizes_gib: sizes })
 }
 
 /// How an adopted VM's hardware (`have`) differs from its class (`want`), disk by disk in
@@ -124,6 +167,24 @@ mod tests {
             nics: vec![ResolvedNic { name: "eth0".into(), ..Default::default() }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_adopted_vm_is_brought_to_its_class_by_position_never_shrunk() {
+        let have = |disks: &[u64]| MachineHardware {
+            cpus: 1,
+            memory_mib: 512,
+            disks: disks.iter().enumerate().map(|(i, s)| DiskStatus { name: format!("vd{i}"), size_gib: *s, id: String::new() }).collect(),
+            interfaces: vec![],
+        };
+        let (c, target) = to_class(&spec(2, 1024, &[("root", 10), ("data", 4)]), &have(&[8, 4, 1]));
+        assert_eq!(c.apply, ["1 → 2 CPUs", "512 → 1024 MiB of memory", "disk vd0 8 → 10 GiB"]);
+        assert!(c.refused.is_empty());
+        assert_eq!((target.cpus, target.memory_mib, target.disk_sizes_gib), (2, 1024, vec![10, 4, 1]), "the disk the class lacks is kept");
+        let (c, target) = to_class(&spec(1, 512, &[("root", 4), ("data", 9)]), &have(&[8]));
+        assert_eq!(c.refused, ["disk vd0 holds 8 GiB and is never shrunk to the class's root (4 GiB)"]);
+        assert!(c.apply.is_empty(), "a disk the VM lacks is not added: {:?}", c.apply);
+        assert_eq!(target.disk_sizes_gib, [8], "never asked to shrink");
     }
 
     #[test]

@@ -105,26 +105,38 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     // A change of hardware (a grown class) is applied by the driver's `create` while the
     // machine is off: at once when it is off, after a power-off when the update policy says
     // `Restart`, else in the power cycle a restart asks for.
-    // An adopted machine keeps the hardware it came with (`ConfigurationMatches` reports it).
-    let changes = if spec.vm.adopt.is_some() { hardware::Changes::default() } else { hardware::pending(&spec.vm, observed.hardware.as_ref()) };
+    // An adopted machine keeps the hardware it came with (`ConfigurationMatches` reports it)
+    // unless its VM says `applyClass`: then its driver's `reconfigure` brings it there.
+    let (changes, target) = hardware::wanted(&spec.vm, observed.hardware.as_ref());
     let is_off = observed.power_state == wit::PowerState::PoweredOff;
     // A change this spec already asked for and the backend did not take (a disk a driver does
     // not add in place) is not worth another power cycle of a running machine.
     let cycle = (spec.vm.update_policy.unwrap_or_default() == UpdatePolicy::Restart && !tried(st, m.metadata.generation))
         || (restart && spec.vm.power_state == PowerState::PoweredOn);
     if !changes.apply.is_empty() && changes.refused.is_empty() && (is_off || cycle) {
-        let machine = wit_machine(ctx, m, spec).await?;
+        enum Apply {
+            Create(wit::Machine),
+            Reconfigure(wit::HardwareTarget),
+        }
+        let apply = match target {
+            Some(target) => Apply::Reconfigure(target),
+            None => Apply::Create(wit_machine(ctx, m, spec).await?),
+        };
         let _op = operation(b)?;
         if !is_off {
             call(ctx, b, "set-power", b.driver.component.set_power(&b.config, &r, wit::PowerState::PoweredOff, off, limits, grants.clone())).await?;
         }
-        // `create` on the existing machine: brought to the spec's hardware, then its power state.
-        observed = call(ctx, b, "create", b.driver.component.create(&b.config, &machine, limits, grants.clone())).await?;
+        observed = match &apply {
+            // `create` on the existing machine: brought to the spec's hardware, then its power state.
+            Apply::Create(machine) => call(ctx, b, "create", b.driver.component.create(&b.config, machine, limits, grants.clone())).await?,
+            // An adopted one (never `create`d): its driver's `reconfigure`, left off.
+            Apply::Reconfigure(target) => call(ctx, b, "reconfigure", b.driver.component.reconfigure(&b.config, &r, target, limits, grants.clone())).await?,
+        };
         let how = if is_off { "while off" } else { "in a power cycle" };
         ctx.event(&m.object_ref(resource), false, Reason::Reconfigured, "Reconfigure", format!("applied {how}: {}", changes.apply.join(", "))).await;
         // What the backend still lacks after it was asked is not asked for again (no power
         // cycle after power cycle) until the spec changes.
-        let left = hardware::pending(&spec.vm, observed.hardware.as_ref());
+        let (left, _) = hardware::wanted(&spec.vm, observed.hardware.as_ref());
         if !left.apply.is_empty() {
             conditions::set(&mut st.conditions, CONFIGURATION_APPLIED, false, Reason::NotAppliedInPlace, left.not_applied(), m.metadata.generation);
         }
@@ -175,13 +187,27 @@ pub(super) fn apply_observed(st: &mut InfraMachineStatus, spec: &InfraMachineSpe
             conditions::set_reported(&mut st.conditions, &c.type_, c.status == wit::ConditionStatus::True, &c.reason, c.message.clone(), generation);
         }
     }
-    conditions::set(&mut st.conditions, PROVISIONED, observed.provisioned, if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning }, observed.provider_id.clone(), generation);
-    if let (Some(hw), Some(_)) = (&observed.hardware, &spec.vm.adopt) {
+    conditions::set(
+        &mut st.conditions,
+        PROVISIONED,
+        observed.provisioned,
+        if observed.provisioned { Reason::Provisioned } else { Reason::Provisioning },
+        observed.provider_id.clone(),
+        generation,
+    );
+    if let (Some(hw), Some(adopt)) = (&observed.hardware, &spec.vm.adopt) {
         let have = hardware::reported(&spec.vm, hw);
         let differs = hardware::differences(&spec.vm, &have);
-        let (reason, message) = match differs.is_empty() {
-            true => (Reason::ConfigurationMatches, "the adopted VM has the CPUs, memory and disks its class says".to_string()),
-            false => (Reason::ConfigurationDiffers, format!("the adopted VM differs from its class, and is left as it is: {}", differs.join(", "))),
+        let refused = hardware::to_class(&spec.vm, &have).0.refused;
+        let (reason, message) = if differs.is_empty() {
+            (Reason::ConfigurationMatches, "the adopted VM has the CPUs, memory and disks its class says".to_string())
+        } else if !adopt.apply_class {
+            (Reason::ConfigurationDiffers, format!("the adopted VM differs from its class, and is left as it is: {}", differs.join(", ")))
+        } else if !refused.is_empty() {
+            (Reason::DiskShrinkRefused, format!("{}: nothing was changed (applyClass); give the class the disk's size or more", refused.join("; ")))
+        } else {
+            let when = "applyClass brings it there while it is powered off: at once when it is off, else at its next power cycle (updatePolicy Restart: now); disks it lacks are not added";
+            (Reason::ConfigurationDiffers, format!("the adopted VM differs from its class: {}; {when}", differs.join(", ")))
         };
         conditions::set(&mut st.conditions, CONFIGURATION_MATCHES, differs.is_empty(), reason, message, generation);
         st.hardware = Some(have);

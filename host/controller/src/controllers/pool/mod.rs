@@ -434,7 +434,7 @@ fn member_object(pool: &VirtualMachinePool, name: &str, revision: &str, adopt: O
     let t = &pool.spec.template;
     let mut spec = t.spec.clone();
     if let Some(id) = adopt {
-        spec.adopt = Some(banlieue_api::vm::VmAdopt { backend_id: id.to_string() });
+        spec.adopt = Some(banlieue_api::vm::VmAdopt { backend_id: id.to_string(), apply_class: false });
     }
     // The pool's placement policy, unless the template names one itself.
     if let Some(policy) = &pool.spec.placement_policy_ref {

@@ -770,9 +770,13 @@ impl<'a> Reconcile<'a> {
     ) -> Result<InfraMachineSpec, Blocked> {
         let made_from = existing.and_then(|m| serde_json::from_value(m.data["spec"]["vm"]["image"].clone()).ok());
         // Only the VM's first machine adopts (a machine keeps what it was made as): one made
-        // later — by a move — is banlieue's own.
+        // later — by a move — is banlieue's own. Whether it is brought to its class follows
+        // the VM's `applyClass` as it is now (set once its differences are seen).
         let adopt = match existing {
-            Some(m) => serde_json::from_value(m.data["spec"]["vm"]["adopt"].clone()).ok(),
+            Some(m) => serde_json::from_value::<Option<banlieue_api::vm::VmAdopt>>(m.data["spec"]["vm"]["adopt"].clone()).ok().flatten().map(|mut a| {
+                a.apply_class = self.vm.spec.adopt.as_ref().is_some_and(|v| v.apply_class && v.backend_id == a.backend_id);
+                a
+            }),
             None if self.status.infrastructure_ref.as_ref().is_none_or(|r| r.uid.is_none()) => self.vm.spec.adopt.clone(),
             None => None,
         };
