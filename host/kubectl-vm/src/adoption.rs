@@ -113,13 +113,19 @@ pub async fn adopt(t: &Target, a: Adopt, wait: Wait) -> Result<()> {
     if m.template {
         return Err(Failure::Refused(format!("backend VM {} ({}) is a template: templates are not adopted", m.name, m.backend_id)));
     }
+    // The installation that manages the Provider manages what is made here too (one that
+    // acts only on labelled objects would not see them otherwise).
+    let provider = t.providers().get(&a.provider).await?;
+    let labels = match provider.labels().get(banlieue_api::INSTANCE_LABEL) {
+        Some(instance) => json!({ banlieue_api::INSTANCE_LABEL: instance }),
+        None => json!({}),
+    };
     let class = match a.class {
         Some(c) => c,
         None => {
             let name = format!("adopted-{}", a.name);
-            let provider = t.providers().get(&a.provider).await?;
             let storage = provider.spec.capabilities.storage_classes.keys().next().cloned().unwrap_or_else(|| "standard".into());
-            make_class(t, &name, m, &storage).await?;
+            make_class(t, &name, m, &storage, &labels).await?;
             name
         }
     };
@@ -127,7 +133,7 @@ pub async fn adopt(t: &Target, a: Adopt, wait: Wait) -> Result<()> {
     let power = if m.power_state == banlieue_api::common::PowerState::PoweredOff { "PoweredOff" } else { "PoweredOn" };
     let vm: VirtualMachine = serde_json::from_value(json!({
         "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-        "metadata": {"name": a.name, "namespace": t.namespace},
+        "metadata": {"name": a.name, "namespace": t.namespace, "labels": labels},
         "spec": {"classRef": {"name": class}, "placement": {"providerRef": {"name": a.provider}},
                  "desiredPowerState": power, "adopt": {"backendId": a.backend_id}},
     }))
@@ -143,11 +149,11 @@ pub async fn adopt(t: &Target, a: Adopt, wait: Wait) -> Result<()> {
 /// A VMClass with the found VM's CPUs, memory and disk sizes (on `storage`, the Provider's
 /// first storage class), so the adopted VM matches its class. An existing class of that name
 /// is kept.
-async fn make_class(t: &Target, name: &str, m: &DiscoveredMachine, storage: &str) -> Result<()> {
+async fn make_class(t: &Target, name: &str, m: &DiscoveredMachine, storage: &str, labels: &serde_json::Value) -> Result<()> {
     let disks: Vec<serde_json::Value> = m.disks.iter().enumerate().map(|(i, d)| json!({"name": format!("disk{i}"), "sizeGiB": d.size_gib.max(1), "storageClass": storage})).collect();
     let class = json!({
         "apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": labels},
         "spec": {"cpus": m.cpus, "memoryMiB": m.memory_mib, "disks": disks},
     });
     let api: Api<banlieue_api::VMClass> = Api::all(t.client.clone());
