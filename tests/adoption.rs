@@ -10,7 +10,8 @@ use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::{Leftovers, Libvirtd};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{libvirtd_fixtures, machines, proxmox_fixtures, vsphere_fixtures, PveEndpoint, KVM, PVE, VCENTER};
-use banlieue_tests::control::{kubectl_vm, wait_for, ControlPlane};
+use banlieue_api::common::PowerState;
+use banlieue_tests::control::{condition, is_powered, is_ready, kubectl_vm, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::ResourceExt;
@@ -18,17 +19,6 @@ use serde_json::json;
 
 /// Bound on a VM becoming Ready or changing power on libvirtd.
 const SECS: u64 = 120;
-
-type Cond = (String, String, String);
-
-fn condition(vm: Option<&VirtualMachine>, type_: &str) -> Option<Cond> {
-    let c = vm?.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn ready(vm: Option<&VirtualMachine>) -> bool {
-    condition(vm, "Ready").is_some_and(|(s, _, _)| s == "True")
-}
 
 /// A VirtualMachine adopting `backend_id` on Provider `provider`: no image, the class given.
 fn adopting(env: &TestEnv, name: &str, class: &str, provider: &str, backend_id: &str, extra: serde_json::Value) -> serde_json::Value {
@@ -113,7 +103,7 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
 
     // Adopted: Ready, the same domain, still running, marked with the Machine's UID; nothing made.
     env.apply(adopting(&env, "web", &n.vm_class, KVM, &uuid, json!({"powerOffMode": "Hard"}))).await?;
-    let web = wait_for(&vms, "web", SECS, "Ready, adopted", |v: Option<&VirtualMachine>| ready(v)).await?;
+    let web = wait_for(&vms, "web", SECS, "Ready, adopted", |v: Option<&VirtualMachine>| is_ready(v)).await?;
     let machine = machines(&env, "Libvirt").get("web").await?;
     let machine_uid = machine.uid().unwrap_or_default();
     assert_eq!(lv.uuid(&legacy)?, uuid, "the same domain");
@@ -142,7 +132,7 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
 
     // Managed: powered off and on through banlieue.
     vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
-    wait_for(&vms, "web", SECS, "PoweredOff", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOff)).await?;
+    wait_for(&vms, "web", SECS, "PoweredOff", is_powered(PowerState::PoweredOff)).await?;
     assert_eq!(lv.state(&legacy)?, "shut off");
 
     // Brought to its class while off (applyClass): 64 → 256 MiB, its disk grown to 2 GiB.
@@ -153,7 +143,7 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     assert_eq!(capacity(lv, &format!("{legacy}.qcow2"))?, 2 << 30, "the disk grown to the class's");
     assert_eq!(lv.uuid(&legacy)?, uuid, "the same domain, reconfigured");
     vms.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOn"}}))).await?;
-    wait_for(&vms, "web", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
+    wait_for(&vms, "web", SECS, "PoweredOn", is_powered(PowerState::PoweredOn)).await?;
     assert_eq!(lv.state(&legacy)?, "running");
 
     // Let go: the VirtualMachine goes, the domain stays as it is, without the mark.
@@ -175,9 +165,9 @@ async fn a_domain_defined_with_virsh_is_discovered_adopted_managed_released_and_
     let class = format!("adopted-{again}");
     assert!(out.contains(&format!("vmclass/{class} created from the VM's hardware")), "{out}");
     let v = vms.get(&again).await?;
-    assert!(ready(Some(&v)), "--wait returned once Ready");
+    assert!(is_ready(Some(&v)), "--wait returned once Ready");
     assert_eq!(condition(Some(&v), "ConfigurationMatches").map(|(s, _, m)| (s, m.contains("has the CPUs, memory and disks"))), Some(("True".into(), true)), "its class fits it");
-    assert_eq!(v.spec.desired_power_state, banlieue_api::common::PowerState::PoweredOn, "the power state it has");
+    assert_eq!(v.spec.desired_power_state, PowerState::PoweredOn, "the power state it has");
     assert_eq!((lv.uuid(&legacy)?, lv.state(&legacy)?), (uuid.clone(), "running".to_string()));
     // Hard off for the deletion (the domain runs no guest to answer ACPI), once its Machine says so.
     vms.patch(&again, &PatchParams::default(), &Patch::Merge(json!({"spec": {"powerOffMode": "Hard"}}))).await?;
@@ -216,7 +206,7 @@ async fn a_kill_right_after_marking_finishes_the_adoption_on_rerun_with_one_mark
     .context("the mark never appeared")?;
     cp.kill_and_wait().await;
     let _cp = ControlPlane::start(&env)?;
-    wait_for(&vms, "web", SECS, "Ready after the rerun", |v: Option<&VirtualMachine>| ready(v)).await?;
+    wait_for(&vms, "web", SECS, "Ready after the rerun", |v: Option<&VirtualMachine>| is_ready(v)).await?;
     let machine_uid = machines(&env, "Libvirt").get("web").await?.uid().unwrap_or_default();
     let xml = lv.virsh(&["dumpxml", &legacy])?;
     assert_eq!(xml.matches("machine-uid=").count(), 1, "one mark: {xml}");
@@ -297,13 +287,13 @@ async fn round_trip(env: &TestEnv, provider: &str, class_name: &str, backend_id:
     anyhow::ensure!(code == 0 && out.contains(backend_id), "discover lists {backend_id}: {code} {out} {err}");
 
     env.apply(adopting(env, "legacy", class, provider, backend_id, json!({"powerOffMode": "Hard"}))).await?;
-    wait_for(&vms, "legacy", SECS, "Ready, adopted", |v: Option<&VirtualMachine>| ready(v)).await?;
+    wait_for(&vms, "legacy", SECS, "Ready, adopted", |v: Option<&VirtualMachine>| is_ready(v)).await?;
     let machine_uid = machines(env, backend.kind()).get("legacy").await?.uid().unwrap_or_default();
     assert_eq!(backend.owner(backend_id).await?.as_deref(), Some(machine_uid.as_str()), "marked with the Machine's UID");
     assert_eq!(backend.power(backend_id).await?, "on", "the same VM, left running");
 
     vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOff"}}))).await?;
-    wait_for(&vms, "legacy", SECS, "PoweredOff", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOff)).await?;
+    wait_for(&vms, "legacy", SECS, "PoweredOff", is_powered(PowerState::PoweredOff)).await?;
     assert_eq!(backend.power(backend_id).await?, "off", "powered off through banlieue");
     // Brought to its class while off (applyClass), checked on the backend.
     let classes: Api<banlieue_api::VMClass> = Api::all(env.client.clone());
@@ -316,7 +306,7 @@ async fn round_trip(env: &TestEnv, provider: &str, class_name: &str, backend_id:
     .await?;
     assert_eq!(backend.hardware(backend_id).await?, (want.cpus, want.memory_mib), "the backend holds the class's CPUs and memory");
     vms.patch("legacy", &PatchParams::default(), &Patch::Merge(json!({"spec": {"desiredPowerState": "PoweredOn"}}))).await?;
-    wait_for(&vms, "legacy", SECS, "PoweredOn", |v: Option<&VirtualMachine>| ready(v) && v.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(banlieue_api::common::PowerState::PoweredOn)).await?;
+    wait_for(&vms, "legacy", SECS, "PoweredOn", is_powered(PowerState::PoweredOn)).await?;
     assert_eq!(backend.power(backend_id).await?, "on");
 
     let (code, out, err) = kubectl_vm(env, &["release", "legacy", "-n", &env.ns, "--wait", "--timeout", "120"]).await?;
@@ -325,7 +315,7 @@ async fn round_trip(env: &TestEnv, provider: &str, class_name: &str, backend_id:
     assert_eq!(backend.power(backend_id).await?, "on", "released: still there, running");
 
     env.apply(adopting(env, "again", class, provider, backend_id, json!({"powerOffMode": "Hard"}))).await?;
-    wait_for(&vms, "again", SECS, "Ready, adopted again", |v: Option<&VirtualMachine>| ready(v)).await?;
+    wait_for(&vms, "again", SECS, "Ready, adopted again", |v: Option<&VirtualMachine>| is_ready(v)).await?;
     vms.delete("again", &DeleteParams::default()).await?;
     await_deleted(&vms, "again").await?;
     assert!(!backend.exists(backend_id).await?, "deleted with the default policy");

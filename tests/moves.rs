@@ -13,7 +13,7 @@ use banlieue_test_backends::fakepve::FakePve;
 use banlieue_test_backends::libvirtd::Libvirtd;
 use banlieue_test_backends::vcsim::Vcsim;
 use banlieue_tests::backends::{census, libvirtd_fixtures, libvirtd_provider, secret, three_backends, vm, vm_class, Names, KVM, PVE, VCENTER};
-use banlieue_tests::control::{wait_for, ControlPlane};
+use banlieue_tests::control::{condition, is_ready, wait_for, ControlPlane};
 use banlieue_tests::{await_deleted, TestEnv};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -28,17 +28,6 @@ const MOVE_SECS: u64 = 300;
 const KILLED_MOVE_SECS: u64 = 600;
 /// Where the test guest writes `#banlieue-disk-write` (tests/backends/libvirtd/build-guest.sh).
 const DISK_WRITE_OFFSET: u64 = 40 << 20;
-
-type Cond = (String, String, String);
-
-fn condition(vm: Option<&VirtualMachine>, type_: &str) -> Option<Cond> {
-    let c = vm?.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn is_ready(vm: Option<&VirtualMachine>) -> bool {
-    condition(vm, "Ready").is_some_and(|(s, _, _)| s == "True")
-}
 
 fn provider_of(vm: &VirtualMachine) -> Option<String> {
     vm.status.as_ref()?.scheduled.as_ref().map(|s| s.provider.clone())

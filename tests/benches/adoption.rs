@@ -11,13 +11,18 @@
 //!    (`spec.adopt`): seconds until all are Ready, adoptions per second, API writes and
 //!    driver calls per adopted VM.
 //!
+//! 3. A pool of BENCH_POOL_ADOPT (default 500) replicas whose `adoptSelector` matches the
+//!    standalone host's VMs (`DC0_H0_VM*`, none of them adopted in 2.): seconds until every
+//!    member is Ready, adoptions per second, API writes and driver calls per member — and
+//!    nothing cloned.
+//!
 //! `cargo bench -p banlieue-tests --bench adoption` (needs `guests/build.sh` and vcsim).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use banlieue_api::provider::DISCOVER_ANNOTATION;
-use banlieue_api::Provider;
+use banlieue_api::{Provider, VirtualMachinePool};
 use banlieue_test_backends::vcsim::{self, Vcsim};
 use banlieue_tests::backends::{vsphere_fixtures, VCENTER};
 use banlieue_tests::bench::{await_ready, env_or, mark, median, writes_since};
@@ -26,6 +31,9 @@ use banlieue_tests::TestEnv;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+
+/// The names of vcsim's standalone host's VMs, which the pool adopts.
+const POOL_NAMES: &str = "DC0_H0_VM";
 
 fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench())
@@ -56,6 +64,7 @@ fn calls(cp: &ControlPlane) -> BTreeMap<String, f64> {
 
 async fn bench() -> anyhow::Result<()> {
     let (per_host, runs, adopt): (usize, usize, usize) = (env_or("BENCH_VMS_PER_HOST", 500), env_or("BENCH_RUNS", 3), env_or("BENCH_ADOPT", 100));
+    let pool_adopt: usize = env_or("BENCH_POOL_ADOPT", 500);
     let env = TestEnv::start("bench-adopt").await?;
     env.install_crds().await?;
     let started = Instant::now();
@@ -83,7 +92,8 @@ async fn bench() -> anyhow::Result<()> {
     println!("discovery of {} machines: median {:.2}s through banlieue (status written), {:.2}s by hand (names only)", found.len(), median(ours), median(by_hand));
 
     // 2. Adoption of `adopt` of them at once.
-    let chosen: Vec<String> = found.iter().filter(|m| !m.template && m.owner.is_none()).take(adopt).map(|m| m.backend_id.clone()).collect();
+    // The pool (3.) takes the standalone host's VMs; these come from the cluster.
+    let chosen: Vec<String> = found.iter().filter(|m| !m.template && m.owner.is_none() && !m.name.starts_with(POOL_NAMES)).take(adopt).map(|m| m.backend_id.clone()).collect();
     let server = env.embedded().ok_or_else(|| anyhow::anyhow!("the bench counts writes on the embedded API server"))?;
     let (w0, c0) = (mark(server), calls(&cp));
     let t = Instant::now();
@@ -106,6 +116,38 @@ async fn bench() -> anyhow::Result<()> {
     let c1 = calls(&cp);
     let per_vm: Vec<String> = c1.iter().filter_map(|(f, n)| Some((f, n - c0.get(f).copied().unwrap_or(0.0))).filter(|(_, d)| *d > 0.0)).map(|(f, d)| format!("{f} {:.2}", d / k)).collect();
     println!("adopted {} VMs in {secs:.1}s: {:.1} adoptions/s, {writes:.1} API writes and driver calls {} per VM", chosen.len(), k / secs, per_vm.join(", "));
+
+    // 3. A pool adopting `pool_adopt` of the standalone host's VMs.
+    let matching = found.iter().filter(|m| !m.template && m.owner.is_none() && m.name.starts_with(POOL_NAMES)).count();
+    let replicas = pool_adopt.min(matching);
+    let before = vc.vm_names().await?.len();
+    let (w0, c0) = (mark(server), calls(&cp));
+    let t = Instant::now();
+    let pool = json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachinePool", "metadata": {"name": "fleet", "namespace": env.ns},
+                      "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "fleet"}},
+                               "adoptSelector": {"names": [format!("{POOL_NAMES}*")]},
+                               "template": {"metadata": {"labels": {"app": "fleet"}},
+                                            "spec": {"classRef": {"name": n.vm_class}, "imageRef": {"name": n.image}, "placement": {"providerRef": {"name": VCENTER}}}}}});
+    env.apply(pool).await?;
+    let pools: Api<VirtualMachinePool> = Api::namespaced(env.client.clone(), &env.ns);
+    let want = i32::try_from(replicas)?;
+    let all_ready = move |p: Option<&VirtualMachinePool>| p.and_then(|p| p.status.as_ref()).is_some_and(|s| s.replicas == want && s.ready_replicas == want);
+    tokio::time::timeout(Duration::from_secs(1800), kube::runtime::wait::await_condition(pools, "fleet", all_ready)).await??;
+    let secs = t.elapsed().as_secs_f64();
+    let k = replicas as f64;
+    let writes = writes_since(server, w0, replicas) as f64 / k;
+    let c1 = calls(&cp);
+    let per_vm: Vec<String> = c1.iter().filter_map(|(f, n)| Some((f, n - c0.get(f).copied().unwrap_or(0.0))).filter(|(_, d)| *d > 0.0)).map(|(f, d)| format!("{f} {:.2}", d / k)).collect();
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    let members = vms.list(&kube::api::ListParams::default().labels("app=fleet")).await?.items;
+    let adopted = members.iter().filter(|vm| vm.spec.adopt.is_some()).count();
+    let made = vc.vm_names().await?.len().saturating_sub(before);
+    println!(
+        "a pool of {replicas} adopted {adopted} of them in {secs:.1}s: {:.1} adoptions/s, {writes:.1} API writes and driver calls {} per member; {made} VMs made on vcsim",
+        k / secs,
+        per_vm.join(", ")
+    );
+    anyhow::ensure!(adopted == replicas && made == 0, "the pool adopted {adopted} of {replicas} and made {made}");
     drop(cp);
     Ok(())
 }

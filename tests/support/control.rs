@@ -28,6 +28,25 @@ pub fn path_with_workspace_binaries() -> String {
 
 pub use banlieue_test_backends::guests_dist;
 
+/// A VirtualMachine condition's (status, reason, message).
+pub type Cond = (String, String, String);
+
+/// The VM's condition `type_`, if it has one.
+pub fn condition(vm: Option<&banlieue_api::VirtualMachine>, type_: &str) -> Option<Cond> {
+    let c = vm?.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Whether the VM is Ready.
+pub fn is_ready(vm: Option<&banlieue_api::VirtualMachine>) -> bool {
+    condition(vm, "Ready").is_some_and(|(s, _, _)| s == "True")
+}
+
+/// Whether the VM is Ready and observed in power state `state`.
+pub fn is_powered(state: banlieue_api::common::PowerState) -> impl Fn(Option<&banlieue_api::VirtualMachine>) -> bool {
+    move |vm| is_ready(vm) && vm.and_then(|v| v.status.as_ref()?.observed_power_state) == Some(state)
+}
+
 /// `kubectl vm ARGS…` through kubectl's plugin lookup: (exit code, stdout, stderr).
 pub async fn kubectl_vm(env: &TestEnv, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
     let path = path_with_workspace_binaries();

@@ -34,6 +34,7 @@ pub async fn discover(ctx: &Context, b: &Backend, requested: String, features: &
         return found;
     }
     let mut page: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
     loop {
         let listed = ctx.call(&b.class, "list-machines", b.driver.component.list_machines(&b.config, page.as_deref(), b.driver.limits, b.grants.clone())).await;
         let listed = match listed {
@@ -45,7 +46,7 @@ pub async fn discover(ctx: &Context, b: &Backend, requested: String, features: &
         };
         // Pages are cut by offset: a VM made or removed meanwhile may shift one onto the next page too.
         for m in &listed.machines {
-            if !found.machines.iter().any(|f| f.backend_id == m.backend_id) {
+            if seen.insert(m.backend_id.clone()) {
                 found.machines.push(discovered(m));
             }
         }
