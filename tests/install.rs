@@ -56,7 +56,7 @@ async fn the_deploy_tree_renders_and_every_object_passes_the_server_schema() -> 
         *m.entry(o["kind"].as_str().unwrap_or_default()).or_default() += 1;
         m
     });
-    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 4), ("ClusterRole", 5), ("ClusterRoleBinding", 4), ("Role", 4), ("RoleBinding", 4), ("Deployment", 4), ("PodDisruptionBudget", 4), ("Service", 1)] {
+    for (kind, n) in [("Namespace", 1), ("ServiceAccount", 4), ("ClusterRole", 6), ("ClusterRoleBinding", 4), ("Role", 4), ("RoleBinding", 4), ("Deployment", 4), ("PodDisruptionBudget", 4), ("Service", 1)] {
         assert_eq!(kinds.get(kind), Some(&n), "{kind} in {kinds:?}");
     }
 
@@ -67,6 +67,11 @@ async fn the_deploy_tree_renders_and_every_object_passes_the_server_schema() -> 
         .find(|r| r["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"] == "true")
         .expect("a ClusterRole labelled cluster.x-k8s.io/aggregate-to-manager");
     assert_eq!(aggregated["rules"][0]["apiGroups"], json!(["infrastructure.banlieue.io"]));
+    // The one `edit` and `admin` aggregate: opening a VM's consoles.
+    let console = of_kind(&objects, "ClusterRole").into_iter().find(|r| r["metadata"]["name"] == "banlieue-vm-console").expect("ClusterRole banlieue-vm-console");
+    assert_eq!(console["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"], "true");
+    assert_eq!(console["rules"][0]["resources"], json!(["virtualmachines/console", "virtualmachines/vnc"]));
+    assert_eq!(console["rules"][0]["verbs"], json!(["get"]));
 
     // Each role's Deployment: its ServiceAccount, the restricted Pod Security profile,
     // probes on the metrics port, requests and a memory limit, a tagged image, a PDB.

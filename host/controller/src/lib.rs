@@ -10,11 +10,14 @@
 //!   (`sandbox::grants`, the one place grants are built);
 //! - `placement`: the candidates a placement component ranks, and resolving classes
 //!   to a Provider's terms;
-//! - `ops`: metrics, health and the permissions each role needs.
+//! - `ops`: metrics, health and the permissions each role needs;
+//! - `console`: a VM's consoles, and who may open them (`console::access`, the one place
+//!   a console is authorized).
 //!
 //! [`run()`] starts the roles asked for with a [`Context`].
 
 mod addressing;
+pub mod console;
 mod context;
 mod controllers;
 mod failure;

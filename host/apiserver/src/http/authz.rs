@@ -2,7 +2,10 @@
 //! than the token's (`Impersonate-User`, e.g. a ServiceAccount) is allowed only when a
 //! ClusterRoleBinding, or a RoleBinding in the request's namespace, grants a rule that
 //! matches its verb, API group, resource/subresource and name. The token's own user is
-//! a cluster administrator (`system:masters`). No escalation checks, no aggregation.
+//! a cluster administrator (`system:masters`); a token TokenRequest issued for a
+//! ServiceAccount is that account, under the same rules. `TokenReview` and
+//! `SubjectAccessReview` answer from them, for components that authorize users of their own
+//! (banlieue's consoles). No escalation checks, no aggregation.
 
 use serde_json::{json, Value};
 
@@ -26,7 +29,7 @@ impl User {
     /// From `Impersonate-User` / `Impersonate-Group` (the token's user when absent).
     pub fn of(headers: &hyper::HeaderMap) -> User {
         let Some(name) = headers.get("impersonate-user").and_then(|v| v.to_str().ok()) else {
-            return User { name: ADMIN.into(), groups: vec!["system:masters".into(), "system:authenticated".into()] };
+            return User::admin();
         };
         let mut groups: Vec<String> =
             headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok()).map(String::from).collect();
@@ -37,6 +40,17 @@ impl User {
         }
         groups.push("system:authenticated".into());
         User { name: name.into(), groups }
+    }
+
+    /// The server's own token's user.
+    pub fn admin() -> User {
+        User { name: ADMIN.into(), groups: vec!["system:masters".into(), "system:authenticated".into()] }
+    }
+
+    /// A ServiceAccount, with the groups kube-apiserver gives it.
+    pub fn service_account(namespace: &str, name: &str) -> User {
+        let groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}"), "system:authenticated".into()];
+        User { name: format!("system:serviceaccount:{namespace}:{name}"), groups }
     }
 
     fn is_admin(&self) -> bool {
@@ -144,24 +158,24 @@ pub fn forbidden(user: &User, attrs: &Attributes) -> ApiError {
     e
 }
 
+/// What a review's `spec.resourceAttributes` ask about.
+fn reviewed(ra: &Value) -> Attributes<'_> {
+    let field = |f: &str| ra[f].as_str().filter(|s| !s.is_empty());
+    Attributes {
+        verb: field("verb").unwrap_or_default(),
+        group: field("group").unwrap_or_default(),
+        resource: field("resource").unwrap_or_default(),
+        subresource: field("subresource"),
+        namespace: field("namespace"),
+        name: field("name"),
+    }
+}
+
 /// `POST selfsubjectaccessreviews`: answer whether the requesting user may do what the
 /// review's `spec.resourceAttributes` describe (non-resource URLs are always allowed).
 pub fn self_subject_access_review(state: &State, user: &User, review: &Value) -> Value {
     let ra = review.pointer("/spec/resourceAttributes").cloned().unwrap_or(Value::Null);
-    let field = |f: &str| ra[f].as_str().filter(|s| !s.is_empty());
-    let allowed = if ra.is_object() {
-        let attrs = Attributes {
-            verb: field("verb").unwrap_or_default(),
-            group: field("group").unwrap_or_default(),
-            resource: field("resource").unwrap_or_default(),
-            subresource: field("subresource"),
-            namespace: field("namespace"),
-            name: field("name"),
-        };
-        allowed(state, user, &attrs)
-    } else {
-        true
-    };
+    let allowed = if ra.is_object() { allowed(state, user, &reviewed(&ra)) } else { true };
     json!({
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
@@ -169,4 +183,79 @@ pub fn self_subject_access_review(state: &State, user: &User, review: &Value) ->
         "spec": review.get("spec").cloned().unwrap_or(json!({})),
         "status": {"allowed": allowed},
     })
+}
+
+/// `POST subjectaccessreviews`: whether the review's `spec.user` (with `spec.groups`) may do
+/// what `spec.resourceAttributes` describe — how a component asks the cluster about a user
+/// it authenticated (banlieue's console does, for `virtualmachines/console`).
+pub fn subject_access_review(state: &State, review: &Value) -> Value {
+    let spec = review.get("spec").cloned().unwrap_or(json!({}));
+    let user = User {
+        name: spec["user"].as_str().unwrap_or_default().to_string(),
+        groups: spec["groups"].as_array().map(|g| g.iter().filter_map(Value::as_str).map(String::from).collect()).unwrap_or_default(),
+    };
+    let ra = &spec["resourceAttributes"];
+    let (allowed, reason) = if user.name.is_empty() && user.groups.is_empty() {
+        (false, "spec.user or spec.groups is required")
+    } else if !ra.is_object() {
+        (false, "only resourceAttributes are reviewed")
+    } else {
+        let allowed = self::allowed(state, &user, &reviewed(ra));
+        (allowed, if allowed { "allowed by a RoleBinding or ClusterRoleBinding" } else { "no RBAC rule grants it" })
+    };
+    json!({
+        "kind": "SubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "spec": spec,
+        "status": {"allowed": allowed, "reason": reason},
+    })
+}
+
+/// `POST tokenreviews`: who `spec.token` is (this server's own token, or one it issued and
+/// that has not expired).
+pub fn token_review(state: &State, review: &Value) -> Value {
+    let token = review.pointer("/spec/token").and_then(Value::as_str).unwrap_or_default();
+    let status = match state.review_token(token) {
+        Some(user) => json!({"authenticated": true, "user": {"username": user.name, "groups": user.groups}}),
+        None => json!({"authenticated": false, "error": "the token is unknown to this server, or expired"}),
+    };
+    json!({
+        "kind": "TokenReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "spec": {"audiences": review.pointer("/spec/audiences").cloned().unwrap_or(json!([]))},
+        "status": status,
+    })
+}
+
+/// `POST serviceaccounts/NAME/token` (TokenRequest): a token for ServiceAccount `ns/name`,
+/// valid for `spec.expirationSeconds` (one hour by default; ten minutes at least, as
+/// kube-apiserver requires, and two days at most).
+pub fn token_request(state: &State, ns: &str, name: &str, request: &Value) -> Result<Value, ApiError> {
+    let accounts = state.builtin("", "serviceaccounts");
+    if state.store.get(&accounts.storage_key(), ns, name).is_none() {
+        return Err(ApiError::not_found(&accounts.group_resource(), name));
+    }
+    let seconds = request.pointer("/spec/expirationSeconds").and_then(Value::as_u64).unwrap_or(3600);
+    if seconds < 600 {
+        return Err(ApiError::bad_request("spec.expirationSeconds: may not specify a duration less than 10 minutes"));
+    }
+    let ttl = std::time::Duration::from_secs(seconds.min(2 * 24 * 3600));
+    let Some((token, expires)) = state.issue_token(User::service_account(ns, name), ttl) else {
+        return Err(ApiError::forbidden("too many unexpired tokens are out: try again when some expire"));
+    };
+    let expires = k8s_timestamp(expires);
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+        "spec": {"audiences": request.pointer("/spec/audiences").cloned().unwrap_or(json!([])), "expirationSeconds": ttl.as_secs()},
+        "status": {"token": token, "expirationTimestamp": expires},
+    }))
+}
+
+/// RFC 3339 in seconds, as Kubernetes writes times.
+fn k8s_timestamp(t: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

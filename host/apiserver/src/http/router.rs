@@ -55,10 +55,28 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
             }
         }
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] if parts.method == Method::POST => {
-            let user = User::of(&parts.headers);
+            let user = requester(&parts);
             return match serde_json::from_slice::<serde_json::Value>(&body) {
                 Ok(review) => json_response(201, &crate::http::authz::self_subject_access_review(&state, &user, &review), &[]),
                 Err(e) => error_response(&ApiError::bad_request(format!("decoding SelfSubjectAccessReview: {e}"))),
+            };
+        }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] if parts.method == Method::POST => {
+            return reviewed(&state, &parts, &body, "authorization.k8s.io", "subjectaccessreviews", crate::http::authz::subject_access_review);
+        }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if parts.method == Method::POST => {
+            return reviewed(&state, &parts, &body, "authentication.k8s.io", "tokenreviews", crate::http::authz::token_review);
+        }
+        ["api", "v1", "namespaces", ns, "serviceaccounts", name, "token"] if parts.method == Method::POST => {
+            let user = requester(&parts);
+            let attrs = Attributes { verb: "create", group: "", resource: "serviceaccounts", subresource: Some("token"), namespace: Some(ns), name: Some(name) };
+            if !crate::http::authz::allowed(&state, &user, &attrs) {
+                return error_response(&crate::http::authz::forbidden(&user, &attrs));
+            }
+            let request = serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default();
+            return match crate::http::authz::token_request(&state, ns, name, &request) {
+                Ok(answer) => json_response(201, &answer, &[]),
+                Err(e) => error_response(&e),
             };
         }
         _ => {}
@@ -106,7 +124,7 @@ pub async fn route(state: Arc<State>, parts: Parts, body: Bytes) -> Response<Bod
         }
     }
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-    let user = User::of(&parts.headers);
+    let user = requester(&parts);
     let verb = crate::audit::verb(&parts.method, name.is_some(), watch);
     let attrs = Attributes {
         verb,
@@ -175,4 +193,25 @@ fn text_ok() -> Response<Body> {
         .header("content-type", "text/plain")
         .body(Full::new(Bytes::from_static(b"ok")).boxed_unsync())
         .expect("static response")
+}
+
+/// Who the request is, as the server authenticated it (`serve` does for every request it
+/// routes; a request routed without it is the token's user, as before authentication knew
+/// other tokens).
+fn requester(parts: &Parts) -> User {
+    parts.extensions.get::<User>().cloned().unwrap_or_else(|| User::of(&parts.headers))
+}
+
+/// `POST` of a review (`TokenReview`, `SubjectAccessReview`): allowed to who may `create` it,
+/// answered by `answer`.
+fn reviewed(state: &State, parts: &Parts, body: &Bytes, group: &str, plural: &str, answer: fn(&State, &serde_json::Value) -> serde_json::Value) -> Response<Body> {
+    let user = requester(parts);
+    let attrs = Attributes { verb: "create", group, resource: plural, ..Default::default() };
+    if !crate::http::authz::allowed(state, &user, &attrs) {
+        return error_response(&crate::http::authz::forbidden(&user, &attrs));
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(review) => json_response(201, &answer(state, &review), &[]),
+        Err(e) => error_response(&ApiError::bad_request(format!("decoding the {plural} request: {e}"))),
+    }
 }

@@ -117,11 +117,16 @@ async fn accept_loop(listener: TcpListener, tls: tokio_rustls::TlsAcceptor, stat
 /// Authenticate, read the body within limits, route, and turn any failure (even a
 /// panic) into a `Status` response.
 async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let public = matches!(path.as_str(), "/version" | "/healthz" | "/livez" | "/readyz");
-    if !public && !state.authorized(&parts.headers) {
-        return Ok(error_response(&ApiError::unauthorized()));
+    match state.authenticate(&parts.headers) {
+        // Who the request is, for the router's authorization.
+        Some(user) => {
+            parts.extensions.insert(user);
+        }
+        None if public => {}
+        None => return Ok(error_response(&ApiError::unauthorized())),
     }
     let declared = parts
         .headers

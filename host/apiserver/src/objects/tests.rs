@@ -171,3 +171,59 @@ fn expiring_watches_ends_open_ones_with_410_and_refuses_resuming_from_before() {
         assert_eq!((status, parse(&list)["items"].as_array().map(Vec::len)), (200, Some(1)));
     });
 }
+
+/// A request as a server-issued token's holder (`serve` authenticates it so).
+async fn call_as(state: &Arc<State>, token: &str, method: &str, uri: &str, body: &str) -> (u16, Value) {
+    let req = hyper::Request::builder().method(method).uri(uri).header("content-type", "application/json").header("authorization", format!("Bearer {token}")).body(()).unwrap();
+    let (mut parts, ()) = req.into_parts();
+    let user = state.authenticate(&parts.headers).expect("a token the server knows");
+    parts.extensions.insert(user);
+    let resp = crate::http::router::route(state.clone(), parts, Bytes::copy_from_slice(body.as_bytes())).await;
+    let status = resp.status().as_u16();
+    (status, parse(&resp.into_body().collect().await.unwrap().to_bytes()))
+}
+
+#[test]
+fn a_serviceaccount_token_is_issued_reviewed_and_authorized_by_rbac() {
+    let (rt, state) = server();
+    rt.block_on(async {
+        let sa = "/api/v1/namespaces/default/serviceaccounts";
+        let (status, _) = call(&state, "POST", &format!("{sa}/ghost/token"), "{}").await;
+        assert_eq!(status, 404, "no token for a ServiceAccount that does not exist");
+        assert_eq!(call(&state, "POST", sa, r#"{"metadata":{"name":"reader"}}"#).await.0, 201);
+        let (status, body) = call(&state, "POST", &format!("{sa}/reader/token"), r#"{"spec":{"expirationSeconds":60}}"#).await;
+        assert_eq!(status, 400, "shorter than kube-apiserver allows: {}", String::from_utf8_lossy(&body));
+        let (status, body) = call(&state, "POST", &format!("{sa}/reader/token"), r#"{"spec":{"expirationSeconds":600}}"#).await;
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+        let token = parse(&body)["status"]["token"].as_str().unwrap().to_string();
+
+        // TokenReview says who it is; an unknown token is not authenticated.
+        let (_, review) = call(&state, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", &format!(r#"{{"spec":{{"token":"{token}"}}}}"#)).await;
+        let review = parse(&review);
+        assert_eq!(review["status"]["authenticated"], true);
+        assert_eq!(review["status"]["user"]["username"], "system:serviceaccount:default:reader");
+        let (_, review) = call(&state, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", r#"{"spec":{"token":"nope"}}"#).await;
+        assert_eq!(parse(&review)["status"]["authenticated"], false);
+
+        // RBAC decides what the token may do, and what a SubjectAccessReview answers for it.
+        let sar = |sub: &str| format!(
+            r#"{{"spec":{{"user":"system:serviceaccount:default:reader","groups":["system:serviceaccounts"],"resourceAttributes":{{"verb":"get","group":"test.banlieue.io","resource":"widgets","subresource":"{sub}","namespace":"default","name":"w"}}}}}}"#
+        );
+        let (status, review) = call(&state, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar("status")).await;
+        assert_eq!((status, parse(&review)["status"]["allowed"].clone()), (201, Value::Bool(false)));
+        assert_eq!(call_as(&state, &token, "GET", V1, "").await.0, 403, "nothing granted yet");
+        let role = r#"{"metadata":{"name":"r"},"rules":[{"apiGroups":["test.banlieue.io"],"resources":["widgets","widgets/status"],"verbs":["get","list"]}]}"#;
+        assert_eq!(call(&state, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role).await.0, 201);
+        let binding = r#"{"metadata":{"name":"r"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"r"},"subjects":[{"kind":"ServiceAccount","name":"reader","namespace":"default"}]}"#;
+        assert_eq!(call(&state, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding).await.0, 201);
+        let (_, review) = call(&state, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar("status")).await;
+        assert_eq!(parse(&review)["status"]["allowed"], true);
+        let (_, review) = call(&state, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar("scale")).await;
+        assert_eq!(parse(&review)["status"]["allowed"], false, "only the subresources granted");
+        assert_eq!(call_as(&state, &token, "GET", V1, "").await.0, 200);
+        assert_eq!(call_as(&state, &token, "DELETE", &format!("{V1}/w"), "").await.0, 403);
+        // The token's holder may not review tokens or access itself.
+        assert_eq!(call_as(&state, &token, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", r#"{"spec":{"token":"x"}}"#).await.0, 403);
+        assert_eq!(call_as(&state, &token, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar("status")).await.0, 403);
+    });
+}

@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use rand::Rng;
+
+use crate::http::authz::User;
 use crate::schema::registry::{Registry, ResourceType};
 use crate::config::Config;
 use crate::storage::object::Object;
@@ -29,8 +32,19 @@ pub struct State {
     token: String,
     self_addr: Mutex<Option<SocketAddr>>,
     continues: Mutex<HashMap<String, Continuation>>,
+    /// Tokens issued by TokenRequest (`serviceaccounts/NAME/token`): who each one is, until when.
+    issued: Mutex<HashMap<String, Issued>>,
     pub audit: crate::audit::AuditLog,
 }
+
+/// A token TokenRequest issued for a ServiceAccount.
+struct Issued {
+    user: User,
+    expires: SystemTime,
+}
+
+/// Tokens issued at most at once; the expired ones are dropped first.
+const MAX_ISSUED: usize = 4096;
 
 impl State {
     pub fn new(config: &Config, token: String) -> anyhow::Result<Arc<State>> {
@@ -58,6 +72,7 @@ impl State {
             token,
             self_addr: Mutex::new(None),
             continues: Mutex::new(HashMap::new()),
+            issued: Mutex::new(HashMap::new()),
             audit: Default::default(),
         });
         Ok(state)
@@ -71,12 +86,45 @@ impl State {
         self.self_addr.lock().unwrap().map(|a| a.to_string()).unwrap_or_default()
     }
 
-    /// Constant-time check of the bearer token.
-    pub fn authorized(&self, headers: &hyper::HeaderMap) -> bool {
-        let Some(v) = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
-        let Some(given) = v.strip_prefix("Bearer ").map(str::trim) else { return false };
+    /// Who the request's bearer token is: the server's own token is an administrator, who may
+    /// act as another user (`Impersonate-User`); a token TokenRequest issued is its
+    /// ServiceAccount (no impersonation). `None`: no token, or one this server does not know.
+    pub fn authenticate(&self, headers: &hyper::HeaderMap) -> Option<User> {
+        let v = headers.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok())?;
+        let given = v.strip_prefix("Bearer ").map(str::trim)?;
+        if self.is_admin_token(given) {
+            return Some(User::of(headers));
+        }
+        self.review_token(given)
+    }
+
+    /// Who `token` is, as a TokenReview answers: the admin, or an unexpired issued token's
+    /// ServiceAccount.
+    pub fn review_token(&self, token: &str) -> Option<User> {
+        if self.is_admin_token(token) {
+            return Some(User::admin());
+        }
+        let issued = self.issued.lock().unwrap();
+        issued.get(token).filter(|i| i.expires > SystemTime::now()).map(|i| i.user.clone())
+    }
+
+    /// Issue a token for `user` (a ServiceAccount) valid for `ttl`; it and when it expires.
+    /// `None` when too many unexpired tokens are out.
+    pub fn issue_token(&self, user: User, ttl: Duration) -> Option<(String, SystemTime)> {
+        let mut issued = self.issued.lock().unwrap();
+        let now = SystemTime::now();
+        issued.retain(|_, i| i.expires > now);
+        if issued.len() >= MAX_ISSUED {
+            return None;
+        }
+        let token: String = rand::rng().sample_iter(&rand::distr::Alphanumeric).take(48).map(char::from).collect();
+        let expires = now + ttl;
+        issued.insert(token.clone(), Issued { user, expires });
+        Some((token, expires))
+    }
+
+    /// Constant-time comparison with the server's own token.
+    fn is_admin_token(&self, given: &str) -> bool {
         let (a, b) = (given.as_bytes(), self.token.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
