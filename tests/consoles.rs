@@ -103,3 +103,196 @@ async fn the_cluster_decides_who_opens_a_vms_console() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------
+// Sessions, end to end: `kubectl vm console` and `kubectl vm vnc` through banlieue's console
+// server, against the libvirtd + qemu test guest.
+
+/// Bound on a TCG boot (~15 s alone; two cores shared by parallel tests).
+const BOOT_SECS: u64 = 180;
+
+/// `kubectl vm ARGS…` as the holder of `token` (exit code, stdout, stderr).
+async fn kubectl_vm_as(env: &TestEnv, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let path = banlieue_tests::control::path_with_workspace_binaries();
+    let mut full = vec!["vm", "-n", env.ns.as_str()];
+    full.extend_from_slice(args);
+    let out = env.kubectl_raw(&full, None, &[("PATH", &path), ("KUBECTL_VM_TOKEN", token)]).await?;
+    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+/// A running `kubectl vm ARGS…` (its stdin, stdout and stderr piped), as the holder of `token`.
+fn kubectl_vm_session(env: &TestEnv, token: &str, args: &[&str]) -> anyhow::Result<tokio::process::Child> {
+    let path = banlieue_tests::control::path_with_workspace_binaries();
+    let mut full = vec!["vm", "-n", env.ns.as_str()];
+    full.extend_from_slice(args);
+    let mut cmd = env.kubectl_command(&full, &[("PATH", &path), ("KUBECTL_VM_TOKEN", token)]);
+    cmd.stdin(std::process::Stdio::piped());
+    Ok(cmd.spawn()?)
+}
+
+/// What a running command printed, read as it comes (one reader per stream).
+struct Output {
+    seen: std::sync::Arc<tokio::sync::Mutex<String>>,
+    more: tokio::sync::watch::Receiver<usize>,
+}
+
+impl Output {
+    fn of(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> Output {
+        use tokio::io::AsyncReadExt;
+        let seen = std::sync::Arc::new(tokio::sync::Mutex::new(String::new()));
+        let (tx, more) = tokio::sync::watch::channel(0usize);
+        let kept = seen.clone();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut s = kept.lock().await;
+                s.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+                let _ = tx.send(s.len());
+            }
+        });
+        Output { seen, more }
+    }
+
+    /// Wait (bounded) until the output holds `text`; all of it.
+    async fn until(&mut self, secs: u64, text: &str) -> anyhow::Result<String> {
+        let found = banlieue_tests::within(secs, async {
+            loop {
+                if self.seen.lock().await.contains(text) {
+                    return true;
+                }
+                if self.more.changed().await.is_err() {
+                    return self.seen.lock().await.contains(text);
+                }
+            }
+        })
+        .await;
+        let all = self.seen.lock().await.clone();
+        match found {
+            Ok(true) => Ok(all),
+            _ => anyhow::bail!("{text:?} did not come within {secs}s; got:\n{all}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_cluster_allows() -> anyhow::Result<()> {
+    use banlieue_api::common::PowerState;
+    use banlieue_test_backends::libvirtd::Libvirtd;
+    use banlieue_tests::backends::{libvirtd_fixtures, secret, vm, KVM};
+    use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = TestEnv::start("console-kvm").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let domain = format!("{}_web", env.ns);
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{}_", env.ns), volumes: vec![] };
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let ns = env.ns.as_str();
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    let marker = format!("console-marker-{ns}");
+    env.apply(secret(&env, "web-user-data", &[("user-data", &format!("#cloud-config\n#banlieue-marker: {marker}\n"))])).await?;
+    env.apply(vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    env.apply(vm(&env, "idle", &n, KVM, json!({"desiredPowerState": "PoweredOff"}))).await?;
+
+    // Who: a viewer reads VMs; an operator opens consoles too (and reads the Provider that
+    // says where they are served).
+    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
+    let viewer = account(&env, "viewer", json!([reads])).await?;
+    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+
+    wait_for(&vms, "web", BOOT_SECS, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
+    wait_for(&vms, "idle", 120, "Ready and off", is_powered(PowerState::PoweredOff)).await?;
+    banlieue_tests::within(BOOT_SECS, async {
+        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the guest did not boot: {}", lv.serial_log(&domain)))?;
+
+    // The viewer is refused by the cluster, naming the verb and subresource (exit code 4).
+    let (code, _, err) = kubectl_vm_as(&env, &viewer, &["console", "web"]).await?;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("cannot get resource \"virtualmachines/console\"") && err.contains("HTTP 403"), "{err}");
+    // A VM that is off, and one that does not exist, are said so (exit codes 4 and 3).
+    let (code, _, err) = kubectl_vm_as(&env, &operator, &["console", "idle"]).await?;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("is not running"), "{err}");
+    let (code, _, err) = kubectl_vm_as(&env, &operator, &["console", "nosuch"]).await?;
+    assert_eq!(code, 3, "{err}");
+
+    // The operator gets in: typed into the console, the guest's shell answers.
+    let mut session = kubectl_vm_session(&env, &operator, &["console", "web", "--timeout", "180"])?;
+    let mut stdin = session.stdin.take().expect("stdin");
+    let mut out = Output::of(session.stdout.take().expect("stdout"));
+    let mut err = Output::of(session.stderr.take().expect("stderr"));
+    err.until(60, "Connected to the serial console of virtualmachine/web").await?;
+    stdin.write_all(b"\necho banlieue-$((6*7))\n").await?;
+    out.until(60, "banlieue-42").await?;
+
+    // libvirt allows one console session per domain: a second is refused, saying why.
+    let (code, _, second) = kubectl_vm_as(&env, &operator, &["console", "web"]).await?;
+    assert_ne!(code, 0, "{second}");
+    assert!(second.to_lowercase().contains("console"), "{second}");
+
+    // A restart closes the console; it is opened again, and the guest's boot (with its
+    // user-data marker) comes through it.
+    let (code, _, e) = banlieue_tests::control::kubectl_vm(&env, &["-n", ns, "restart", "web"]).await?;
+    assert_eq!(code, 0, "{e}");
+    out.until(BOOT_SECS, &format!("banlieue-guest: marker={marker}")).await?;
+    err.until(30, "Connected again").await?;
+
+    // The display, on a local port for any VNC client: the guest's own VNC server answers
+    // (RFB), past its authentication — the cluster decided, not a VNC password.
+    let mut vnc = kubectl_vm_session(&env, &operator, &["vnc", "web"])?;
+    let mut listening = Output::of(vnc.stdout.take().expect("stdout"));
+    let printed = listening.until(60, "(vnc://").await?;
+    let addr = printed.split("(vnc://").nth(1).and_then(|r| r.split(')').next()).expect("an address").to_string();
+    let mut display = tokio::net::TcpStream::connect(&addr).await?;
+    let mut version = [0u8; 12];
+    banlieue_tests::within(30, display.read_exact(&mut version)).await??;
+    assert_eq!(&version, b"RFB 003.008\n");
+    display.write_all(b"RFB 003.008\n").await?;
+    let mut types = [0u8; 2];
+    banlieue_tests::within(30, display.read_exact(&mut types)).await??;
+    assert_eq!(types, [1, 1], "one security type, None: the session is already authorized");
+    display.write_all(&[1]).await?;
+    let mut result = [0u8; 4];
+    banlieue_tests::within(30, display.read_exact(&mut result)).await??;
+    assert_eq!(result, [0, 0, 0, 0], "security handshake accepted");
+    display.write_all(&[1]).await?; // ClientInit: shared
+    let mut init = [0u8; 4];
+    banlieue_tests::within(30, display.read_exact(&mut init)).await??;
+    let (width, height) = (u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]]));
+    assert!(width >= 320 && height >= 200, "the guest's framebuffer: {width}x{height}");
+    drop(display);
+    vnc.kill().await?;
+
+    // Deleting the VM ends the session, and kubectl vm with it.
+    vms.delete("web", &Default::default()).await?;
+    err.until(120, "console closed: the VM was deleted").await?;
+    let status = banlieue_tests::within(30, session.wait()).await??;
+    assert!(status.success(), "{status:?}");
+    drop(stdin);
+
+    // Each session is audited on the VM: who, and how it ended.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), ns);
+    let user = format!("system:serviceaccount:{ns}:operator");
+    let notes: Vec<(String, String)> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("web"))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect();
+    assert!(notes.iter().any(|(r, m)| r == "ConsoleOpened" && m.starts_with(&format!("{user} opened the serial console"))), "{notes:?}");
+    assert!(notes.iter().any(|(r, m)| r == "ConsoleClosed" && m.contains("the VM was deleted")), "{notes:?}");
+    Ok(())
+}

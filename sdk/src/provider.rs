@@ -6,9 +6,9 @@
 
 pub use crate::bindings::host::banlieue::host::libvirt;
 pub use crate::bindings::provider::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
+    Address, AddressType, Capacity, Condition, ConditionStatus, ConsoleAccess, ConsoleFraming, ConsoleKind, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
     ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat, WebsocketConsole,
 };
 pub use crate::{Error, Result};
 
@@ -18,7 +18,7 @@ pub const CONTRACT_VERSION: &str = "0.6.0";
 /// A provider driver. Every call may be retried; all must be idempotent.
 pub trait Driver {
     /// What the driver does beyond the calls every driver answers (the host refuses the rest
-    /// before calling): [`SNAPSHOTS`], [`DISK_EXPORT`], [`DISK_IMPORT`], [`ADOPT`].
+    /// before calling): [`SNAPSHOTS`], [`DISK_EXPORT`], [`DISK_IMPORT`], [`ADOPT`], [`CONSOLE`], [`VNC`].
     const FEATURES: &'static [&'static str] = &[];
     /// Check the connection; report failure domains and free capacity.
     fn probe(config: &ProviderConfig) -> Result<Inventory>;
@@ -88,6 +88,15 @@ pub trait Driver {
     fn release(_config: &ProviderConfig, machine: &MachineRef, _mark: &OwnerMark) -> Result<()> {
         Err(Error::InvalidSpec(format!("this driver does not adopt machines (machine {})", machine.name)))
     }
+    /// Where the machine's console of `kind` is, for one session (a fresh ticket where the
+    /// backend hands them out); the host opens it and pumps the bytes.
+    fn console(_config: &ProviderConfig, machine: &MachineRef, kind: ConsoleKind) -> Result<ConsoleAccess> {
+        let what = match kind {
+            ConsoleKind::Serial => "serial consoles",
+            ConsoleKind::Vnc => "graphical consoles",
+        };
+        Err(Error::InvalidSpec(format!("this driver opens no {what} (machine {})", machine.name)))
+    }
 }
 
 /// The feature of a driver that takes, lists, reverts and deletes snapshots.
@@ -98,6 +107,10 @@ pub const DISK_EXPORT: &str = "disk-export";
 pub const DISK_IMPORT: &str = "disk-import";
 /// The feature of a driver that lists the backend's machines, adopts and releases them.
 pub const ADOPT: &str = "adopt";
+/// The feature of a driver that finds a machine's serial console.
+pub const CONSOLE: &str = "console";
+/// The feature of a driver that finds a machine's graphical (VNC) console.
+pub const VNC: &str = "vnc";
 
 /// Which page of `total` items `page` asks for, `size` to a page: the items' range and the
 /// next page's token (`none` after the last). A token that is not one this gives is refused.
@@ -280,6 +293,9 @@ macro_rules! export_provider {
                 }
                 fn reconfigure(config: wit::ProviderConfig, machine: wit::MachineRef, want: wit::HardwareTarget) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
                     D::reconfigure(&config, &machine, &want)
+                }
+                fn console(config: wit::ProviderConfig, machine: wit::MachineRef, kind: wit::ConsoleKind) -> ::core::result::Result<wit::ConsoleAccess, wit::Error> {
+                    D::console(&config, &machine, kind)
                 }
             }
             $crate::bindings::provider::export_provider_world!(Exported with_types_in $crate::bindings::provider);

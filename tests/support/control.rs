@@ -169,6 +169,14 @@ fn test_options(env: &TestEnv) -> anyhow::Result<Options> {
         image_cache: Some(ImageCacheOptions { dir: env.dir().join("image-cache"), limit_bytes: 8 << 30, schemes: vec!["http".into(), "https".into()] }),
         // Carried disks for fakepve's download-url, on a port of its own.
         carry_downloads: Some(CarryDownloads { listen: "127.0.0.1:0".parse()?, url: None, ttl: std::time::Duration::from_secs(60) }),
+        // Consoles, on a port of their own, with the browser page when it was built.
+        consoles: Some(banlieue_controller::ConsoleOptions {
+            listen: "127.0.0.1:0".parse()?,
+            url: None,
+            tls: None,
+            limits: banlieue_controller::SessionLimits::default(),
+            page_dir: Some(repo_root().join("target/console-page")).filter(|d| d.join("index.html").exists()),
+        }),
         leader_election: false,
         namespace: TestEnv::external().then(|| env.ns.clone()),
         installation: env.installation(),

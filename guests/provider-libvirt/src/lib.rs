@@ -80,7 +80,7 @@
 
 use banlieue_sdk::provider::libvirt::{self, DomainInfo, DomainState};
 use banlieue_sdk::provider::{
-    Driver, ImagePhase, ImageRequest, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerOffOps,
+    ConsoleAccess, ConsoleKind, Driver, ImagePhase, ImageRequest, ImageStatus, Inventory, Machine, MachineRef, MachineStatus, PowerOff, PowerOffOps,
     PowerState, ProviderConfig, Result, Snapshot, SnapshotRequest, ignore_not_found, power_off,
 };
 use banlieue_sdk::transfer;
@@ -400,7 +400,7 @@ fn addresses(domain: &DomainInfo, virt_type: &str) -> Vec<libvirt::InterfaceAddr
 
 impl Driver for Libvirt {
     const FEATURES: &'static [&'static str] =
-        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT, banlieue_sdk::provider::CONSOLE, banlieue_sdk::provider::VNC];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let node = libvirt::node_info()?;
@@ -437,6 +437,22 @@ impl Driver for Libvirt {
     fn describe(config: &ProviderConfig, machine: &MachineRef) -> Result<MachineStatus> {
         let domain = lookup(machine)?;
         describe_domain(config, &domain.name)
+    }
+
+    fn console(_config: &ProviderConfig, machine: &MachineRef, kind: ConsoleKind) -> Result<ConsoleAccess> {
+        let domain = lookup(machine)?;
+        if !matches!(domain.state, DomainState::Running | DomainState::Blocked) {
+            return Err(Error::InvalidSpec(format!("libvirt domain {} is not running ({:?}): its console opens while it runs", domain.name, domain.state)));
+        }
+        let xml = libvirt::domain_xml(&domain.name)?;
+        let (has, what) = match kind {
+            ConsoleKind::Serial => (xml::has_serial_console(&xml), "serial console"),
+            ConsoleKind::Vnc => (xml::has_vnc_display(&xml), "VNC display"),
+        };
+        if !has {
+            return Err(Error::InvalidSpec(format!("libvirt domain {} has no {what} configured", domain.name)));
+        }
+        Ok(ConsoleAccess::LibvirtDomain(domain.name))
     }
 
     fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {

@@ -208,6 +208,9 @@ pub fn domain(virt_type: &str, machine: &Machine, extras: Extras<'_>) -> Result<
         )?;
         // The QEMU guest agent's channel: addresses from inside the guest when it runs one.
         xml.push_str("<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>");
+        // A display listening nowhere: the host reaches it through libvirt alone
+        // (`virDomainOpenGraphicsFD`), after the cluster authorized the user.
+        xml.push_str("<graphics type='vnc'><listen type='none'/></graphics>");
     }
     xml.push_str("</devices></domain>");
     Ok(xml)
@@ -302,6 +305,23 @@ pub fn macs(domain_xml: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// Whether the domain's XML has a serial console (`<console>`).
+pub fn has_serial_console(domain_xml: &str) -> bool {
+    opening(domain_xml, "console").is_some()
+}
+
+/// Whether the domain's XML has a VNC display (`<graphics type='vnc'>`).
+pub fn has_vnc_display(domain_xml: &str) -> bool {
+    let mut rest = domain_xml;
+    while let Some(element) = opening(rest, "graphics") {
+        if attribute(element, "type") == Some("vnc") {
+            return true;
+        }
+        rest = &rest[rest.find("<graphics").map_or(rest.len(), |at| at + 9)..];
+    }
+    false
 }
 
 /// One `<disk>` of a domain, as its XML names it.
@@ -567,6 +587,8 @@ pub(crate) mod tests {
         );
         assert!(!xml.contains("user-data"), "{xml}");
         assert!(xml.contains("<serial type='pty'><log file='/var/log/x.log' append='off'/>"), "{xml}");
+        assert!(has_serial_console(&xml) && has_vnc_display(&xml), "{xml}");
+        assert!(xml.contains("<graphics type='vnc'><listen type='none'/></graphics>"), "a display with no port: {xml}");
         assert!(xml.contains("org.qemu.guest_agent.0"), "{xml}");
         assert_eq!(
             raw_volume("s.img", 65536).unwrap(),

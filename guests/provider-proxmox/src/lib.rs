@@ -129,6 +129,7 @@ use serde_json::Value;
 pub mod adopt;
 pub mod api;
 pub mod carry;
+pub mod console;
 pub mod import;
 pub mod pve;
 pub mod snapshot;
@@ -593,6 +594,8 @@ pub(crate) fn configure(pve: &Pve, vm: &Vm, machine: &Machine) -> Result<Vec<ban
         ("memory".into(), machine.memory_mib.to_string()),
         ("bios".into(), if machine.firmware == Firmware::Uefi { "ovmf" } else { "seabios" }.into()),
         ("agent".into(), "1".into()),
+        // A serial port for `termproxy`: the machine's serial console (`kubectl vm console`).
+        ("serial0".into(), "socket".into()),
     ];
     let mut delete: Vec<String> = Vec::new();
     for (i, nic) in machine.nics.iter().enumerate() {
@@ -823,7 +826,7 @@ fn clean_up(pve: &Pve, machine: &Machine, vm_name: &str, vmid: u64) {
 impl Driver for Proxmox {
     // No DISK_EXPORT: PVE's API cannot hand a VM disk's bytes out (see # Moves).
     const FEATURES: &'static [&'static str] =
-        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT, banlieue_sdk::provider::CONSOLE, banlieue_sdk::provider::VNC];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let pve = Pve::connect(config)?;
@@ -908,6 +911,12 @@ impl Driver for Proxmox {
         let pve = Pve::connect(config)?;
         let vm = lookup(&pve, machine)?;
         status(&pve, &vm, Vec::new())
+    }
+
+    fn console(config: &ProviderConfig, machine: &MachineRef, kind: banlieue_sdk::provider::ConsoleKind) -> Result<banlieue_sdk::provider::ConsoleAccess> {
+        let pve = Pve::connect(config)?;
+        let vm = lookup(&pve, machine)?;
+        console::open(config, &pve, &vm, kind)
     }
 
     fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, power_off: &PowerOff) -> Result<MachineStatus> {

@@ -145,6 +145,24 @@ impl Pve {
         self.http.send(method, url, &h, body)
     }
 
+    /// The headers that authenticate a request made outside [`request`](Self::request) (a
+    /// console's websocket), as the requests before it were: the API token, or the session's
+    /// ticket cookie.
+    pub fn auth_headers(&self) -> Result<Vec<(String, String)>> {
+        match &self.auth {
+            Auth::Token(value) => Ok(vec![("authorization".into(), value.clone())]),
+            Auth::Ticket { username, password } => with_session(
+                || self.login(username, password),
+                |session| {
+                    let (ticket, _) = session
+                        .split_once('\n')
+                        .ok_or_else(|| SessionError::Rejected("the stored session is not a ticket and CSRF token".into()))?;
+                    Ok(vec![("cookie".into(), format!("PVEAuthCookie={ticket}"))])
+                },
+            ),
+        }
+    }
+
     pub fn get(&self, path: &str) -> Result<Value> {
         self.request("GET", path, &[])
     }

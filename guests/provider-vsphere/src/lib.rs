@@ -98,6 +98,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub mod adopt;
 pub mod carry;
+pub mod console;
 pub mod import;
 pub mod snapshot;
 pub mod soap;
@@ -918,7 +919,7 @@ pub(crate) fn realise(vim: &Vim, vm: &MoRef, machine: &Machine) -> VResult<Machi
 
 impl Driver for VSphere {
     const FEATURES: &'static [&'static str] =
-        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT];
+        &[banlieue_sdk::provider::SNAPSHOTS, banlieue_sdk::provider::DISK_EXPORT, banlieue_sdk::provider::DISK_IMPORT, banlieue_sdk::provider::ADOPT, banlieue_sdk::provider::VNC];
 
     fn probe(config: &ProviderConfig) -> Result<Inventory> {
         let (version, inv) = with_vim(config, |vim| Ok((vim.sc.full_name.clone(), Inv::read(vim, INVENTORY)?)))?;
@@ -944,6 +945,10 @@ impl Driver for VSphere {
             let vm = lookup(vim, machine)?;
             describe_vm(vim, &vm)
         })
+    }
+
+    fn console(config: &ProviderConfig, machine: &MachineRef, kind: banlieue_sdk::provider::ConsoleKind) -> Result<banlieue_sdk::provider::ConsoleAccess> {
+        console::open(config, machine, kind)
     }
 
     fn set_power(config: &ProviderConfig, machine: &MachineRef, state: PowerState, off: &PowerOff) -> Result<MachineStatus> {

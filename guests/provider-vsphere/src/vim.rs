@@ -60,7 +60,7 @@ pub fn fault_error(what: &str, f: &Fault) -> SessionError {
             Error::Unavailable(msg).into()
         }
         "InvalidArgument" | "InvalidRequest" | "InvalidName" | "InvalidType" | "NotSupported" | "InvalidState"
-        | "InvalidPowerState" | "ToolsUnavailable" | "InvalidDeviceSpec" | "FileNotFound" | "DuplicateName"
+        | "InvalidPowerState" | "MethodNotFound" | "ToolsUnavailable" | "InvalidDeviceSpec" | "FileNotFound" | "DuplicateName"
         | "InvalidDatastore" | "InvalidCollectorVersion" | "InvalidProperty" | "SnapshotDisabled" | "TooManySnapshotLevels"
         | "SnapshotIncompatibleDeviceInVm" | "MemorySnapshotOnIndependentDisk" | "ApplicationQuiesceFault" => {
             Error::InvalidSpec(msg).into()

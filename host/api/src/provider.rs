@@ -215,6 +215,21 @@ pub struct ProviderStatus {
     /// (annotation `banlieue.io/discover`; `kubectl vm discover` sets it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<Discovery>,
+    /// Where the consoles of this Provider's machines are served (`kubectl vm console`,
+    /// `kubectl vm vnc`, the browser page): by the banlieue replica that probes it, when its
+    /// driver opens consoles (`console`, `vnc` in `driverFeatures`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<ConsoleEndpoint>,
+}
+
+/// banlieue's console server, as a client reaches it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsoleEndpoint {
+    /// `https://HOST:PORT` of the server.
+    pub url: String,
+    /// The PEM CA bundle its certificate chains to.
+    pub ca_bundle: String,
 }
 
 /// Set on a Provider to a new value to have its driver list the machines on its backend

@@ -69,7 +69,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             images.schemes.push("http".into());
         }
     }
+    // Consoles on a free local port (Providers publish it), with the browser page once built.
+    if options.consoles.is_none() {
+        options.consoles = Some(banlieue_controller::ConsoleOptions {
+            listen: "127.0.0.1:0".parse()?,
+            url: None,
+            tls: None,
+            limits: banlieue_controller::SessionLimits::default(),
+            page_dir: Some(std::path::PathBuf::from("target/console-page")).filter(|d| d.join("index.html").exists()),
+        });
+    }
     let ctx = Context::new(client, options)?;
+    if let Some(consoles) = &ctx.consoles {
+        println!("consoles at {}/console/ (kubectl vm console NAME)", consoles.endpoint().url);
+    }
     let roles = tokio::spawn(banlieue_controller::run(ctx, Roles::ALL, crate::roles::shutdown_signal()));
 
     println!("banlieue dev is running at {}", server.url);

@@ -63,6 +63,37 @@ pub struct RoleArgs {
     /// How long a carried disk's download URL works, unused.
     #[arg(long, default_value_t = 900)]
     pub carry_url_ttl_seconds: u64,
+    /// Serve VM consoles (`kubectl vm console`, `kubectl vm vnc`, the browser page) over
+    /// HTTPS on this address, e.g. `0.0.0.0:8443` (unset: no consoles). The provider role serves them.
+    #[arg(long, env = "BANLIEUE_CONSOLE_LISTEN")]
+    pub console_listen: Option<std::net::SocketAddr>,
+    /// How users reach the console server, e.g. `https://consoles.example:8443` (default: the address listened on).
+    #[arg(long, env = "BANLIEUE_CONSOLE_URL")]
+    pub console_url: Option<String>,
+    /// The console server's certificate (PEM; default: one made at start, under a CA made with it).
+    #[arg(long, requires = "console_tls_key")]
+    pub console_tls_cert: Option<PathBuf>,
+    /// Its key (PEM).
+    #[arg(long, requires = "console_tls_cert")]
+    pub console_tls_key: Option<PathBuf>,
+    /// The CA bundle clients check the certificate by (default: the certificate file).
+    #[arg(long)]
+    pub console_tls_ca: Option<PathBuf>,
+    /// A console session without a byte either way for this many seconds is closed.
+    #[arg(long, default_value_t = 900)]
+    pub console_idle_timeout: u64,
+    /// A console session is closed after this many seconds.
+    #[arg(long, default_value_t = 28800)]
+    pub console_max_duration: u64,
+    /// Console sessions open at once on one VM.
+    #[arg(long, default_value_t = 4)]
+    pub console_max_per_vm: usize,
+    /// Console sessions open at once by one user.
+    #[arg(long, default_value_t = 16)]
+    pub console_max_per_user: usize,
+    /// The browser console page's files (`make console-page` builds them into `target/console-page`).
+    #[arg(long, env = "BANLIEUE_CONSOLE_PAGE_DIR")]
+    pub console_page_dir: Option<PathBuf>,
     /// URL schemes a VMImage source may be downloaded over (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "https")]
     pub image_url_schemes: Vec<String>,
@@ -143,6 +174,22 @@ impl RoleArgs {
                 listen,
                 url: self.carry_url.clone(),
                 ttl: std::time::Duration::from_secs(self.carry_url_ttl_seconds.max(1)),
+            }),
+            consoles: self.console_listen.map(|listen| banlieue_controller::ConsoleOptions {
+                listen,
+                url: self.console_url.clone(),
+                tls: self.console_tls_cert.clone().zip(self.console_tls_key.clone()).map(|(cert, key)| banlieue_controller::TlsFiles {
+                    cert,
+                    key,
+                    ca: self.console_tls_ca.clone(),
+                }),
+                limits: banlieue_controller::SessionLimits {
+                    idle: std::time::Duration::from_secs(self.console_idle_timeout.max(1)),
+                    max_duration: std::time::Duration::from_secs(self.console_max_duration.max(1)),
+                    per_vm: self.console_max_per_vm.max(1),
+                    per_user: self.console_max_per_user.max(1),
+                },
+                page_dir: self.console_page_dir.clone(),
             }),
             namespace: self.namespace.clone(),
             installation: banlieue_controller::Installation::new(self.instance.as_deref()).map_err(|e| anyhow::anyhow!("--instance: {e}"))?,

@@ -54,6 +54,8 @@ pub struct Options {
     /// Where carried disks are served to backends that download them (none: such backends
     /// cannot be moved to with their disks).
     pub carry_downloads: Option<CarryDownloads>,
+    /// Where the provider role serves VM consoles (none: no consoles).
+    pub consoles: Option<crate::console::ConsoleOptions>,
     /// Watch namespaced objects in this namespace only (all namespaces when `None`).
     pub namespace: Option<String>,
     /// Split the `controller` and `provider` roles' work across replicas by shard leases
@@ -80,6 +82,7 @@ impl Default for Options {
             image_cache: None,
             image_build: None,
             carry_downloads: None,
+            consoles: None,
             sharding: None,
             installation: installation::Installation::default(),
         }
@@ -154,6 +157,8 @@ pub struct Context {
     pub images: Option<Arc<banlieue_imagebuilder::ImageCache>>,
     /// One-time download URLs of carried disks, when configured (served by [`crate::run`]).
     pub handouts: Option<Arc<banlieue_imagebuilder::Handouts>>,
+    /// The console server, when configured (served by [`crate::run`] with the provider role).
+    pub consoles: Option<Arc<crate::console::ConsoleServer>>,
     /// UIDs of the machines this process has created (see `machine::realise`).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
     /// The provider role's Machine caches, one per infrastructure kind once it has listed
@@ -197,9 +202,14 @@ impl Context {
             ),
             _ => None,
         };
+        let consoles = match &options.consoles {
+            Some(c) => Some(crate::console::ConsoleServer::bind(c).map_err(|e| anyhow::anyhow!("the console server on {}: {e}", c.listen))?),
+            None => None,
+        };
         Ok(Arc::new(Context {
             images,
             handouts,
+            consoles,
             client,
             components,
             libvirt: banlieue_libvirt::Connections::new(),

@@ -89,6 +89,7 @@ impl Cause for CallError {
             CallError::InvalidResult(_) => Reason::InvalidDriverResult,
             CallError::Unsupported { feature: Feature::Snapshots, .. } | CallError::NotOffered(Feature::Snapshots) => Reason::SnapshotsUnsupported,
             CallError::Unsupported { feature: Feature::Adopt, .. } | CallError::NotOffered(Feature::Adopt) => Reason::AdoptionUnsupported,
+            CallError::Unsupported { feature: Feature::Console | Feature::Vnc, .. } | CallError::NotOffered(Feature::Console | Feature::Vnc) => Reason::ConsoleUnsupported,
             CallError::Unsupported { .. } | CallError::NotOffered(_) => Reason::CannotCarryDisks,
         }
     }

@@ -31,6 +31,7 @@ mod sandbox;
 mod status;
 
 // What other crates use (the binary, the tests, the benchmarks); the rest is this crate's.
+pub use console::{ConsoleOptions, SessionLimits, TlsFiles};
 pub use context::{CarryDownloads, Context, ImageBuildOptions, ImageCacheOptions, Options, VaultAccess};
 pub use controllers::capi::contract::PAUSED_ANNOTATION;
 pub use controllers::in_use::{FINALIZER as IN_USE_FINALIZER, PROTECTED_SECRET};

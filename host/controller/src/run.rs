@@ -68,6 +68,17 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             }
         });
     }
+    if let (Some(consoles), true) = (ctx.consoles.clone(), roles.provider) {
+        let stop = stopped();
+        let ctx = ctx.clone();
+        // The provider role's: it holds the drivers and grants a console is opened with.
+        tasks.spawn(async move {
+            tokio::select! {
+                served = consoles.serve(ctx) => served.map_err(|e| anyhow::anyhow!("serving consoles: {e}")),
+                _ = stop => Ok(()),
+            }
+        });
+    }
     let sharded = |role: Role| ctx.shards.is_some() && matches!(role, Role::Controller | Role::Provider);
     if let (Some(shards), Some(sharding)) = (&ctx.shards, ctx.options.sharding) {
         // The replicas running the same sharded roles split the shards among themselves.

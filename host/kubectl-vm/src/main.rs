@@ -9,6 +9,7 @@
 //! out; 6 banlieue is not installed on the cluster.
 
 mod adoption;
+mod console;
 mod output;
 mod snapshots;
 
@@ -43,6 +44,9 @@ struct Cli {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum)]
     output: Option<Format>,
+    /// The bearer token a console is opened with (default: the kubeconfig user's).
+    #[arg(long, global = true, env = "KUBECTL_VM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -160,6 +164,25 @@ enum Command {
         #[command(flatten)]
         wait: Wait,
     },
+    /// Open a VM's serial console on this terminal (Ctrl-] to leave). Needs `get` on
+    /// `virtualmachines/console`; a console closed by the VM's restart is opened again.
+    Console {
+        name: String,
+        /// How long to keep trying to open the console again after it closed (a restart), in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Serve a VM's graphical console on a local port for any VNC client (or open it in the
+    /// browser). Needs `get` on `virtualmachines/vnc`.
+    Vnc {
+        name: String,
+        /// The local port (default: any free one, printed).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Print (and try to open) the browser page instead.
+        #[arg(long)]
+        browser: bool,
+    },
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
 }
@@ -258,6 +281,8 @@ async fn main() {
 
 struct Target {
     client: kube::Client,
+    /// The user's bearer token, for consoles (`--token`, else the kubeconfig's).
+    token: Option<String>,
     namespace: String,
     all: bool,
     format: Format,
@@ -283,9 +308,14 @@ async fn connect(cli: &Cli) -> Result<Target> {
         None => kube::Config::from_kubeconfig(&options).await.map_err(anyhow::Error::from)?,
     };
     let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let token = cli.token.clone().or_else(|| {
+        use secrecy::ExposeSecret;
+        let from_file = config.auth_info.token_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).map(|t| t.trim().to_string());
+        config.auth_info.token.as_ref().map(|t| t.expose_secret().to_string()).or(from_file)
+    });
     let client = kube::Client::try_from(config).map_err(anyhow::Error::from)?;
     let format = cli.output.unwrap_or(Format::Table);
-    Ok(Target { client, namespace, all: cli.all_namespaces, format, paint: Paint::new(std::io::stdout().is_terminal()) })
+    Ok(Target { client, token, namespace, all: cli.all_namespaces, format, paint: Paint::new(std::io::stdout().is_terminal()) })
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -342,6 +372,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Discover { provider, all, timeout } => adoption::discover(&t, &provider, all, timeout).await,
         Command::Adopt { backend_id, provider, name, class, wait } => adoption::adopt(&t, adoption::Adopt { provider, backend_id, name, class }, wait).await,
         Command::Release { name, wait } => adoption::release(&t, &name, wait).await,
+        Command::Console { name, timeout } => console::console(&t, &name, Duration::from_secs(timeout.max(1))).await,
+        Command::Vnc { name, port, browser } => console::vnc(&t, &name, port, browser).await,
         Command::Completion { .. } => Ok(()),
     }
 }

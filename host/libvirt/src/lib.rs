@@ -15,11 +15,13 @@
 //! ```
 
 mod connection;
+mod console;
 mod error;
 mod operations;
 mod types;
 
 pub use connection::{Connections, DEFAULT_TIMEOUT, Libvirt};
+pub use console::SerialConsole;
 pub use error::{LibvirtError, Result};
 pub use types::{
     AddressSource, DomainInfo, DomainState, InterfaceAddresses, IpAddress, NetworkInfo, NodeInfo, PoolInfo, SnapshotInfo, VolumeInfo,

@@ -52,6 +52,10 @@ pub enum Feature {
     /// `list-machines`, `adopt`, `release`: machines banlieue did not make, found, taken and
     /// let go of (0.6.0).
     Adopt,
+    /// `console` of kind `serial`: a machine's serial console (0.6.0).
+    Console,
+    /// `console` of kind `vnc`: a machine's graphical display (0.6.0).
+    Vnc,
 }
 
 impl Feature {
@@ -67,6 +71,16 @@ impl Feature {
             Feature::DiskExport => "disk-export",
             Feature::DiskImport => "disk-import",
             Feature::Adopt => "adopt",
+            Feature::Console => "console",
+            Feature::Vnc => "vnc",
+        }
+    }
+
+    /// The feature a console of `kind` needs.
+    pub fn of_console(kind: crate::provider::ConsoleKind) -> Feature {
+        match kind {
+            crate::provider::ConsoleKind::Serial => Feature::Console,
+            crate::provider::ConsoleKind::Vnc => Feature::Vnc,
         }
     }
 }

@@ -97,13 +97,33 @@ pub fn found_machine(m: &FoundMachine) -> Result<(), CallError> {
     invalid("adopt", check_found(m))
 }
 
+/// Check where `console` says a console is (the host checks it against the grant when it
+/// opens it).
+pub fn console_access(access: &crate::provider::ConsoleAccess) -> Result<(), CallError> {
+    use crate::provider::ConsoleAccess;
+    invalid("console", match access {
+        ConsoleAccess::LibvirtDomain(domain) => printable("a domain name", domain, MAX_NAME),
+        ConsoleAccess::Websocket(ws) => (|| {
+            printable("a console URL", &ws.url, MAX_REFERENCE)?;
+            count("console headers", ws.headers.len(), 16)?;
+            for (k, v) in &ws.headers {
+                printable("a header name", k, MAX_NAME)?;
+                printable("a header value", v, MAX_MESSAGE)?;
+            }
+            // A login line may end its line.
+            ws.hello.as_deref().map_or(Ok(()), |h| printable("a console greeting", h.strip_suffix('\n').unwrap_or(h), MAX_MESSAGE))?;
+            ws.vnc_password.as_deref().map_or(Ok(()), |p| printable("a VNC password", p, MAX_MESSAGE))
+        })(),
+    })
+}
+
 /// What `features` returned, as the features the host knows. A name the host does not know
 /// (a newer driver's) is passed over; more than a handful of names, or an unprintable one, is
 /// refused.
 pub fn features(names: &[String]) -> Result<Vec<crate::Feature>, CallError> {
     use crate::Feature;
     invalid("features", count("features", names.len(), 32).and_then(|()| names.iter().try_for_each(|n| printable("a feature", n, MAX_NAME))))?;
-    Ok([Feature::Snapshots, Feature::DiskExport, Feature::DiskImport, Feature::Adopt].into_iter().filter(|f| names.iter().any(|n| n == f.name())).collect())
+    Ok([Feature::Snapshots, Feature::DiskExport, Feature::DiskImport, Feature::Adopt, Feature::Console, Feature::Vnc].into_iter().filter(|f| names.iter().any(|n| n == f.name())).collect())
 }
 
 fn invalid(function: &'static str, r: Result<(), String>) -> Result<(), CallError> {

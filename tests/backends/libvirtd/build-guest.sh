@@ -29,7 +29,8 @@
 #                       network-config (cloud-init version 2) names eth0's MAC: the
 #                       guest takes the first address and the route's gateway of
 #                       that configuration (it has one NIC) and runs no DHCP
-# then idles forever. Lines on the serial console end in \r\n.
+# then runs a shell on the serial console (ttyS0), started again when it exits: typed
+# into the console, `echo $((6*7))` answers 42. Lines on the serial console end in \r\n.
 #
 # The kernel is the installed linux-image-amd64's when there is one; otherwise
 # the package is downloaded with apt-get and unpacked into $DIR/guest/kernel
@@ -275,7 +276,12 @@ else
     say "acpid=off"
 fi
 say "ready uptime=$(uptime_s)"
-while :; do sleep 3600; done
+# A shell on the serial console: what is typed into the console (kubectl vm console) gets
+# the shell's answer. Started again if it exits.
+while :; do
+    setsid sh -c 'exec sh -i </dev/ttyS0 >/dev/ttyS0 2>&1'
+    sleep 1
+done
 SH
 chmod 755 "$root/init"
 

@@ -3,8 +3,16 @@
 //!
 //! - [`access`]: who may open one — the caller's token and permission, decided by the
 //!   cluster's API server (the one place a console is authorized).
-//!
-//! The stream itself (the host opening the backend's console under the Provider's grant and
-//! pumping it to the caller) is not built yet: docs/console.md says what is.
+//! - [`open`]: where it is — the VM's Machine, its driver's answer, the host opening it
+//!   under the Provider's grant.
+//! - [`session`]: how many may be open and for how long.
+//! - [`server`]: the HTTPS endpoint users open them at, as websockets.
 
 pub mod access;
+pub mod open;
+pub mod server;
+pub mod session;
+mod tls;
+
+pub use server::{ConsoleOptions, ConsoleServer, TlsFiles};
+pub use session::SessionLimits;

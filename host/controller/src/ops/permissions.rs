@@ -117,6 +117,11 @@ pub fn cluster_rules(role: Role) -> Vec<Rule> {
             rule(BANLIEUE, &["vmsnapshots/status"], &["patch"]),
             rule(BANLIEUE, &["virtualmachines", "providers"], &["get"]),
             rule(INFRASTRUCTURE, &["*"], &["get"]),
+            // Consoles: who the caller is and whether they may open one, asked of the cluster
+            // (never decided here); the VM watched while a session lasts (deleted or moved: closed).
+            rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+            rule("authorization.k8s.io", &["subjectaccessreviews"], &["create"]),
+            rule(BANLIEUE, &["virtualmachines"], WATCH),
             // The cluster's id in the owner marks of adopted VMs: the kube-system Namespace's UID.
             Rule { names: vec!["kube-system".into()], ..rule("", &["namespaces"], &["get"]) },
         ],

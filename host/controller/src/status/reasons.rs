@@ -64,6 +64,8 @@ reasons! {
     CannotCarryDisks, Carrying, Moved, MoveFailed,
     // Machines banlieue did not make: adopted, matched against their class, let go of.
     Adopted, AlreadyManaged, AdoptionUnsupported, ConfigurationMatches, ConfigurationDiffers, Released,
+    // Consoles: a session's audit, and why one was not opened.
+    ConsoleOpened, ConsoleClosed, ConsoleUnsupported, TooManySessions,
     // Pools.
     AllReady, NotAllReady, Scaling, ScaledOut, ScaledIn, Updating, Stable, InvalidSelector, AutoHealingLimit,
     // The API server.

@@ -70,6 +70,12 @@ fn denied(msg: impl Into<String>) -> WitError {
     WitError::Denied(msg.into())
 }
 
+/// Headers the websocket handshake sets itself: a driver's are dropped, not merged (a
+/// subprotocol, `Sec-WebSocket-Protocol`, is the driver's to ask for).
+fn is_hop_header(name: &str) -> bool {
+    ["host", "connection", "upgrade", "content-length", "sec-websocket-key", "sec-websocket-version"].iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
 /// Link-local, metadata and other addresses no provider endpoint should be on.
 fn is_special(ip: IpAddr) -> bool {
     match ip {
@@ -173,6 +179,12 @@ impl HttpGrant {
     }
 
     fn build_client(&self, addr: SocketAddr) -> Result<reqwest::Client, WitError> {
+        self.build_client_for(addr, false)
+    }
+
+    /// A client pinned to `addr`; `http1_only` for a websocket, which upgrades an HTTP/1.1
+    /// connection (a server offered HTTP/2 by ALPN may take it, and h2 has no upgrade).
+    fn build_client_for(&self, addr: SocketAddr, http1_only: bool) -> Result<reqwest::Client, WitError> {
         // reqwest is built without a bundled crypto provider; use ring, process-wide.
         static PROVIDER: std::sync::Once = std::sync::Once::new();
         PROVIDER.call_once(|| {
@@ -190,6 +202,9 @@ impl HttpGrant {
         }
         if self.insecure_skip_tls_verify {
             b = b.tls_danger_accept_invalid_certs(true);
+        }
+        if http1_only {
+            b = b.http1_only();
         }
         b.build().map_err(|e| WitError::Internal(format!("HTTP client: {e}")))
     }
@@ -263,6 +278,41 @@ impl HttpGrant {
         } else {
             WitError::Unavailable(format!("request to {} failed: {e}", self.host))
         }
+    }
+
+    /// Open `raw` as a websocket, checked like [`send`](Self::send): a backend's console (the
+    /// console capability's way out). The upgraded connection is the caller's to speak
+    /// websocket on; it is bounded by the session, not by the grant's request time.
+    pub async fn websocket(&self, raw: &str, headers: &[(String, String)]) -> Result<reqwest::Upgraded, WitError> {
+        use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+        let (url, addr) = self.check(raw).await?;
+        let client = self.build_client_for(addr, true)?;
+        crate::usage::http_request();
+        let key = generate_key();
+        let mut rb = client
+            .get(url)
+            .header(reqwest::header::CONNECTION, "Upgrade")
+            .header(reqwest::header::UPGRADE, "websocket")
+            .header(reqwest::header::SEC_WEBSOCKET_VERSION, "13")
+            .header(reqwest::header::SEC_WEBSOCKET_KEY, &key);
+        for (k, v) in headers {
+            if !is_hop_header(k) {
+                rb = rb.header(k, v);
+            }
+        }
+        let timeout = self.max_request_time;
+        let resp = tokio::time::timeout(timeout, rb.send())
+            .await
+            .map_err(|_| WitError::Unavailable(format!("{} did not answer within {timeout:?}", self.host)))?
+            .map_err(|e| self.send_error(e, timeout))?;
+        if resp.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            return Err(WitError::Unavailable(format!("{} refused the websocket: HTTP {}", self.host, resp.status())));
+        }
+        let accept = resp.headers().get(reqwest::header::SEC_WEBSOCKET_ACCEPT).map(|v| v.as_bytes().to_vec());
+        if accept.as_deref() != Some(derive_accept_key(key.as_bytes()).as_bytes()) {
+            return Err(WitError::Unavailable(format!("{} answered the websocket with a wrong Sec-WebSocket-Accept", self.host)));
+        }
+        resp.upgrade().await.map_err(|e| WitError::Unavailable(format!("websocket to {}: {e}", self.host)))
     }
 
     /// Stream `len` bytes as the body of one PUT or POST to `raw`, checked like [`send`](Self::send)

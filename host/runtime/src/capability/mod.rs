@@ -3,6 +3,7 @@
 //! A component gets exactly the capabilities its world imports, limited by
 //! the [`Grants`] of the call; everything else is refused with `denied`.
 
+pub mod console;
 pub mod http;
 pub mod libvirt;
 pub mod log;

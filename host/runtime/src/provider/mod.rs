@@ -24,9 +24,9 @@ pub(crate) mod bindings {
 }
 
 pub use bindings::banlieue::provider::types::{
-    Address, AddressType, Capacity, Condition, ConditionStatus, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
+    Address, AddressType, Capacity, Condition, ConditionStatus, ConsoleAccess, ConsoleFraming, ConsoleKind, Disk, DiskStatus, FailureDomain, Firmware, FoundMachine, Hardware, HardwareTarget, ImagePhase, ImageRequest,
     ImageSource, ImageStatus, Inventory, IpConfig, Machine, MachinePage, MachinePhase, MachineRef, MachineStatus, Nic, NicStatus, OwnerMark, PowerOff, PowerOffMode, PowerState,
-    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat,
+    ProviderConfig, Snapshot, SnapshotRequest, UrlSource, UserDataFormat, WebsocketConsole,
 };
 
 /// A provider driver ready to be called.
@@ -226,6 +226,15 @@ impl ProviderDriver {
         let st = call!(only current Feature::Adopt, self, limits, grants, |d, store| d.call_reconfigure(&mut store, config, machine, want).await)?;
         validate::machine_status("reconfigure", &st)?;
         Ok(st)
+    }
+
+    /// Where machine `machine`'s console of `kind` is, for one session; the host opens it
+    /// ([`crate::capability::console::open`]).
+    pub async fn console(&self, config: &ProviderConfig, machine: &MachineRef, kind: ConsoleKind, limits: Limits, grants: Grants) -> Result<ConsoleAccess, CallError> {
+        let feature = Feature::of_console(kind);
+        let access = call!(only current feature, self, limits, grants, |d, store| d.call_console(&mut store, config, machine, kind).await)?;
+        validate::console_access(&access)?;
+        Ok(access)
     }
 
     /// Remove `mark` from machine `machine.backend_id`, leaving the machine as it is.

@@ -307,6 +307,40 @@ pub fn backend_uid(m: &DynamicObject) -> String {
     m.annotations().get(BACKEND_UID).cloned().filter(|u| !u.is_empty()).unwrap_or_else(|| m.uid().unwrap_or_default())
 }
 
+/// The Machine realising a VM now, as its status names it.
+pub struct Realising {
+    pub machine: DynamicObject,
+    pub spec: InfraMachineSpec,
+    /// The Provider it is on.
+    pub provider: String,
+}
+
+impl Realising {
+    /// What the driver knows the machine by.
+    pub fn machine_ref(&self) -> MachineRef {
+        machine_ref(&self.machine, &self.spec)
+    }
+}
+
+/// The Machine realising `vm` (its `status.infrastructureRef`) once it is made on a backend
+/// (it has a provider ID) and while it is not being deleted; `None` before and after.
+pub async fn realising(ctx: &crate::Context, vm: &banlieue_api::VirtualMachine) -> Result<Option<Realising>, Failure> {
+    let Some(st) = vm.status.as_ref() else { return Ok(None) };
+    let (Some(reference), Some(scheduled)) = (&st.infrastructure_ref, &st.scheduled) else { return Ok(None) };
+    let resource = crate::framework::infra_kinds::machine_resource_of_kind(&reference.kind);
+    let machine = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &vm.namespace().unwrap_or_default(), &resource)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| crate::failure::api_failure(&e))?
+        .filter(|m| m.metadata.deletion_timestamp.is_none());
+    let Some(machine) = machine else { return Ok(None) };
+    let spec: InfraMachineSpec = serde_json::from_value(machine.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
+    if spec.provider_id.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Realising { machine, spec, provider: scheduled.provider.clone() }))
+}
+
 fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
     MachineRef {
         uid: backend_uid(m),

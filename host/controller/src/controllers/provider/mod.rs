@@ -133,6 +133,9 @@ async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome
             }
             status.failure_domains = failure_domains(&inventory);
             status.driver_features = features.iter().map(|f| f.name().to_string()).collect();
+            // Where its machines' consoles are: this replica's server, which probes it.
+            let consoles = features.iter().any(|f| matches!(f, banlieue_runtime::Feature::Console | banlieue_runtime::Feature::Vnc));
+            status.console = ctx.consoles.as_ref().filter(|_| consoles).map(|c| c.endpoint());
             let version = inventory.backend_version.unwrap_or_else(|| "unknown backend version".into());
             let message = format!("{version}; {} failure domain(s)", status.failure_domains.len());
             conditions::set(&mut status.conditions, READY, true, Reason::Probed, message, generation);

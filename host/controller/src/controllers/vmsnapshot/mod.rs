@@ -24,13 +24,11 @@ use banlieue_runtime::provider::{MachineRef, SnapshotRequest};
 use banlieue_runtime::{CallError, GuestError};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::controllers::machine::backend_uid;
 use crate::failure::{api_failure, Failure};
-use crate::framework::infra_kinds;
 use crate::framework::reconciler::{typed_controller, Frame, Outcome};
 use crate::sandbox::grants::Backend;
 use crate::status::conditions::{self, READY};
@@ -226,36 +224,17 @@ impl<'a> Reconcile<'a> {
     /// The VM's machine and backend, and what the snapshot records of them.
     async fn target(&self, vm: &VirtualMachine) -> Result<(Target, SnapshotSource), Failure> {
         let not_placed = || Failure::transient(Reason::VMNotPlaced, format!("spec.vmRef: VirtualMachine {:?} has no machine on a backend yet", vm.name_any()));
-        let st = vm.status.as_ref().ok_or_else(not_placed)?;
-        let (Some(reference), Some(scheduled)) = (&st.infrastructure_ref, &st.scheduled) else { return Err(not_placed()) };
-        let resource = infra_kinds::machine_resource_of_kind(&reference.kind);
-        let machine = Api::<DynamicObject>::namespaced_with(self.ctx.client.clone(), &self.ns, &resource)
-            .get_opt(&reference.name)
-            .await
-            .map_err(|e| api_failure(&e))?
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .ok_or_else(not_placed)?;
-        let spec: banlieue_api::InfraMachineSpec = serde_json::from_value(machine.data.get("spec").cloned().unwrap_or_default()).unwrap_or_default();
-        if spec.provider_id.is_none() {
-            return Err(not_placed());
-        }
+        let on = crate::controllers::machine::realising(self.ctx, vm).await?.ok_or_else(not_placed)?;
+        let machine = on.machine_ref();
         let source = SnapshotSource {
             class_ref: vm.spec.class_ref.clone(),
             image_ref: vm.spec.image_ref.clone(),
             user_data: vm.spec.user_data.clone(),
-            provider: scheduled.provider.clone(),
-            machine: machine.name_any(),
-            machine_uid: backend_uid(&machine),
-            failure_domain: spec.backend_failure_domain().unwrap_or_default().to_string(),
-            backend_id: spec.vm.adopt.as_ref().map(|a| a.backend_id.clone()),
-        };
-        let machine = MachineRef {
-            uid: source.machine_uid.clone(),
-            name: source.machine.clone(),
-            namespace: self.ns.clone(),
-            provider_id: spec.provider_id.clone(),
-            failure_domain: source.failure_domain.clone(),
-            backend_id: source.backend_id.clone(),
+            provider: on.provider.clone(),
+            machine: machine.name.clone(),
+            machine_uid: machine.uid.clone(),
+            failure_domain: machine.failure_domain.clone(),
+            backend_id: machine.backend_id.clone(),
         };
         Ok((Target { backend: self.backend(&source.provider).await?, machine }, source))
     }
