@@ -296,3 +296,114 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
     assert!(notes.iter().any(|(r, m)| r == "ConsoleClosed" && m.contains("the VM was deleted")), "{notes:?}");
     Ok(())
 }
+
+/// Proxmox VE: the serial console rides a `termproxy` ticket and the display a `vncproxy`
+/// one, both over the `vncwebsocket` of the Provider's endpoint, requested as the PVE API
+/// documents them (seen by the fixture's proxy, which also carries the websockets).
+/// fakepve's terminal echoes what it is sent, framed by termproxy's protocol; its display
+/// speaks RFB behind VNC authentication with the generated password, which the host answers.
+#[tokio::test]
+async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets() -> anyhow::Result<()> {
+    use banlieue_api::common::PowerState;
+    use banlieue_test_backends::fakepve::FakePve;
+    use banlieue_tests::backends::{proxmox_fixtures, pve_vm, PveEndpoint};
+    use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = TestEnv::start("console-pve").await?;
+    env.install_crds().await?;
+    let pve = FakePve::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = proxmox_fixtures(&env, &pve, &pve.password, PveEndpoint::Proxy).await?;
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(pve_vm(&env, "web", &n, json!({}))).await?;
+    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
+    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    wait_for(&vms, "web", 120, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
+
+    // The serial console: termproxy's greeting, then what is typed comes back.
+    let mut session = kubectl_vm_session(&env, &operator, &["console", "web"])?;
+    let mut stdin = session.stdin.take().expect("stdin");
+    let mut out = Output::of(session.stdout.take().expect("stdout"));
+    let mut err = Output::of(session.stderr.take().expect("stderr"));
+    err.until(60, "Connected to the serial console of virtualmachine/web").await?;
+    let all = out.until(30, "starting serial terminal on interface serial0").await?;
+    assert!(!all.starts_with("OK"), "termproxy's OK is the host's, not the user's: {all:?}");
+    stdin.write_all(b"typed into proxmox\n").await?;
+    out.until(30, "typed into proxmox").await?;
+    stdin.write_all(&[0x1d]).await?; // Ctrl-]
+    let status = banlieue_tests::within(30, session.wait()).await??;
+    assert!(status.success(), "{status:?}");
+
+    // The display: the user is offered no password; the host answered the display's.
+    let mut vnc = kubectl_vm_session(&env, &operator, &["vnc", "web"])?;
+    let mut listening = Output::of(vnc.stdout.take().expect("stdout"));
+    let printed = listening.until(60, "(vnc://").await?;
+    let addr = printed.split("(vnc://").nth(1).and_then(|r| r.split(')').next()).expect("an address").to_string();
+    let mut display = tokio::net::TcpStream::connect(&addr).await?;
+    let mut version = [0u8; 12];
+    banlieue_tests::within(30, display.read_exact(&mut version)).await??;
+    assert_eq!(&version, b"RFB 003.008\n");
+    display.write_all(b"RFB 003.008\n").await?;
+    let mut types = [0u8; 2];
+    banlieue_tests::within(30, display.read_exact(&mut types)).await??;
+    assert_eq!(types, [1, 1]);
+    display.write_all(&[1]).await?;
+    let mut result = [0u8; 4];
+    banlieue_tests::within(30, display.read_exact(&mut result)).await??;
+    assert_eq!(result, [0, 0, 0, 0]);
+    display.write_all(&[1]).await?;
+    let mut init = [0u8; 24];
+    banlieue_tests::within(30, display.read_exact(&mut init)).await??;
+    let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]) as usize;
+    let mut name = vec![0u8; name_len];
+    banlieue_tests::within(30, display.read_exact(&mut name)).await??;
+    assert!(String::from_utf8_lossy(&name).contains("web"), "ServerInit names the VM: {:?}", String::from_utf8_lossy(&name));
+    drop(display);
+    vnc.kill().await?;
+
+    // As the PVE API documents them: the tickets, then the websocket with port and ticket.
+    let seen = pve.requests();
+    let posted = |tail: &str| seen.iter().filter(|r| r.method == "POST" && r.path.ends_with(tail)).map(|r| r.body.clone()).collect::<Vec<_>>();
+    let term = posted("/termproxy");
+    assert!(term.iter().any(|b| b == "serial=serial0"), "termproxy: {term:?}");
+    let proxy = posted("/vncproxy");
+    assert!(proxy.iter().any(|b| b.contains("websocket=1") && b.contains("generate-password=1")), "vncproxy: {proxy:?}");
+    let sockets: Vec<_> = seen.iter().filter(|r| r.method == "GET" && r.path.ends_with("/vncwebsocket")).collect();
+    assert!(sockets.len() >= 2, "{sockets:?}");
+    for s in &sockets {
+        assert!(s.query.starts_with("port=") && s.query.contains("&vncticket=PVEVNC"), "{s:?}");
+        assert_eq!(s.auth, "ticket", "the websocket is opened with the Provider's session");
+    }
+    Ok(())
+}
+
+/// vSphere: the display is asked of vCenter as a `webmks` ticket (`AcquireTicket`), which
+/// vcsim does not hand out — the user is told so; a serial console vSphere has none of.
+#[tokio::test]
+async fn on_vsphere_the_display_is_asked_as_a_webmks_ticket_and_vcsim_says_it_has_none() -> anyhow::Result<()> {
+    use banlieue_api::common::PowerState;
+    use banlieue_test_backends::vcsim::{self, Vcsim};
+    use banlieue_tests::backends::{vm, vsphere_fixtures, VCENTER};
+    use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
+
+    let env = TestEnv::start("console-vc").await?;
+    env.install_crds().await?;
+    let vc = Vcsim::start().await?;
+    let _cp = ControlPlane::start(&env)?;
+    let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
+    env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
+    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
+    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    wait_for(&vms, "web", 120, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
+
+    let (code, _, err) = kubectl_vm_as(&env, &operator, &["vnc", "web"]).await?;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("AcquireTicket(webmks)") && err.contains("does not implement: AcquireTicket"), "{err}");
+    assert!(vc.log().contains("AcquireTicket"), "vcsim was asked");
+    let (code, _, err) = kubectl_vm_as(&env, &operator, &["console", "web"]).await?;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("console"), "{err}");
+    Ok(())
+}

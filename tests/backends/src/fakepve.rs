@@ -77,6 +77,9 @@ pub struct Seen {
     pub path: String,
     /// `token`, `ticket` or `none`.
     pub auth: &'static str,
+    /// The query string (without `?`) and the body, as sent.
+    pub query: String,
+    pub body: String,
 }
 
 #[derive(Default)]
@@ -373,6 +376,33 @@ async fn serve_proxy(listener: tokio::net::TcpListener, upstream: String, client
     }
 }
 
+/// A websocket (a console's `vncwebsocket`): the upgrade sent on to fakepve, its answer
+/// passed back, then the bytes both ways until either side closes.
+async fn tunnel(mut sock: tokio::net::TcpStream, upstream: &str, target: &str, headers: &[(String, String)]) -> Result<()> {
+    let client = reqwest::Client::builder().tls_danger_accept_invalid_certs(true).no_proxy().http1_only().build()?;
+    let mut req = client.get(format!("{upstream}{target}"));
+    for (k, v) in headers {
+        if !["host", "content-length"].iter().any(|h| k.eq_ignore_ascii_case(h)) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+    }
+    let resp = tokio::time::timeout(Duration::from_secs(30), req.send()).await??;
+    let mut head = format!("HTTP/1.1 {} {}\r\n", resp.status().as_u16(), resp.status().canonical_reason().unwrap_or("Status"));
+    for (k, v) in resp.headers() {
+        head.push_str(&format!("{k}: {}\r\n", v.to_str().unwrap_or_default()));
+    }
+    head.push_str("\r\n");
+    let switching = resp.status() == reqwest::StatusCode::SWITCHING_PROTOCOLS;
+    sock.write_all(head.as_bytes()).await?;
+    if !switching {
+        sock.write_all(&resp.bytes().await.unwrap_or_default()).await?;
+        return Ok(sock.shutdown().await?);
+    }
+    let mut upgraded = resp.upgrade().await?;
+    let _ = tokio::io::copy_bidirectional(&mut sock, &mut upgraded).await;
+    Ok(())
+}
+
 /// One request per connection (the answer says `Connection: close`).
 async fn proxy_one(mut sock: tokio::net::TcpStream, upstream: &str, client: &reqwest::Client, stats: &Stats) -> Result<()> {
     let mut buf = Vec::new();
@@ -418,7 +448,12 @@ async fn proxy_one(mut sock: tokio::net::TcpStream, upstream: &str, client: &req
     if method == "POST" && path.ends_with("/access/ticket") {
         stats.logins.fetch_add(1, Ordering::SeqCst);
     }
-    stats.requests.lock().unwrap().push(Seen { method: method.clone(), path, auth });
+    let query = target.split_once('?').map(|(_, q)| q.to_string()).unwrap_or_default();
+    stats.requests.lock().unwrap().push(Seen { method: method.clone(), path, auth, query, body: String::from_utf8_lossy(&body).into_owned() });
+    let upgrade = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("upgrade") && v.eq_ignore_ascii_case("websocket"));
+    if upgrade {
+        return tunnel(sock, upstream, &target, &headers).await;
+    }
 
     let mut req = client.request(reqwest::Method::from_bytes(method.as_bytes())?, format!("{upstream}{target}"));
     for (k, v) in &headers {

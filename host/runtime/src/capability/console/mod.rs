@@ -2,7 +2,7 @@
 //! Provider's grant: a libvirt domain on the granted connection, or a websocket on the
 //! granted endpoint (checked by [`HttpGrant::websocket`](super::http::HttpGrant::websocket),
 //! the same choke point as every request). The bytes are pumped here, never through the
-//! component.
+//! component. A display behind a one-time VNC password is logged in to here ([`rfb`]).
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,10 +14,14 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use super::{Grants, WitError};
 use crate::provider::{ConsoleAccess, ConsoleFraming, ConsoleKind, WebsocketConsole};
 
+mod rfb;
+
 /// Bytes queued each way before a pump waits for the other side.
 const QUEUE: usize = 64;
 /// The most one read hands on.
 const CHUNK: usize = 16 * 1024;
+/// How often a Proxmox VE terminal is pinged.
+const PVE_TERM_PING: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// An open console: bytes for the machine go into `input`, what it sends comes out of
 /// `output`. Dropping `input` closes it; `output` ends when the backend's side closes.
@@ -46,13 +50,13 @@ pub async fn open(access: &ConsoleAccess, kind: ConsoleKind, grants: &Grants) ->
         }
         ConsoleAccess::Websocket(ws) => {
             let http = grants.http.as_ref().ok_or_else(|| WitError::Denied("this Provider has no endpoint to open a console on".into()))?;
-            if kind == ConsoleKind::Vnc && ws.vnc_password.is_some() {
-                // Answering the display's password needs the RFB handshake spoken here.
-                return Err(WitError::Unavailable("a display behind a VNC password cannot be opened yet".into()));
-            }
             let upgraded = http.websocket(&ws.url, &ws.headers).await?;
             let socket = WebSocketStream::from_raw_socket(upgraded, Role::Client, None).await;
-            pump_websocket(socket, ws).await
+            let stream = pump_websocket(socket, ws).await?;
+            match (&ws.vnc_password, kind) {
+                (Some(password), ConsoleKind::Vnc) => rfb::behind_password(stream, password).await,
+                _ => Ok(stream),
+            }
         }
     }
 }
@@ -113,8 +117,18 @@ where
         }
     });
     tokio::spawn(async move {
-        while let Some(bytes) = from_user.recv().await {
-            if sink.send(frame(framing, bytes)).await.is_err() {
+        // termproxy ends a terminal idle for five minutes; PVE's own page pings it every 30 s.
+        let mut ping = tokio::time::interval(PVE_TERM_PING);
+        ping.tick().await;
+        loop {
+            let message = tokio::select! {
+                bytes = from_user.recv() => match bytes {
+                    Some(bytes) => frame(framing, bytes),
+                    None => break,
+                },
+                _ = ping.tick(), if framing == ConsoleFraming::PveTerm => Message::text("2"),
+            };
+            if sink.send(message).await.is_err() {
                 break;
             }
         }
@@ -127,10 +141,15 @@ where
 fn frame(framing: ConsoleFraming, bytes: Vec<u8>) -> Message {
     match framing {
         ConsoleFraming::Raw => Message::binary(bytes),
+        // A text message, as PVE's own terminal sends it (termproxy reads input from text
+        // frames); bytes that are not UTF-8 (a character split across reads) go as binary.
         ConsoleFraming::PveTerm => {
             let mut framed = format!("0:{}:", bytes.len()).into_bytes();
             framed.extend_from_slice(&bytes);
-            Message::binary(framed)
+            match String::from_utf8(framed) {
+                Ok(text) => Message::text(text),
+                Err(e) => Message::binary(e.into_bytes()),
+            }
         }
     }
 }
@@ -140,9 +159,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn termproxy_input_is_framed_with_its_byte_length() {
-        let Message::Binary(m) = frame(ConsoleFraming::PveTerm, "é\n".as_bytes().to_vec()) else { panic!("not binary") };
-        assert_eq!(&m[..], "0:3:é\n".as_bytes());
+    fn termproxy_input_is_framed_with_its_byte_length_as_text() {
+        let Message::Text(m) = frame(ConsoleFraming::PveTerm, "é\n".as_bytes().to_vec()) else { panic!("not text") };
+        assert_eq!(m.as_str(), "0:3:é\n");
+        let Message::Binary(m) = frame(ConsoleFraming::PveTerm, vec![0xc3]) else { panic!("not binary") };
+        assert_eq!(&m[..], b"0:1:\xc3");
         let Message::Binary(m) = frame(ConsoleFraming::Raw, b"RFB".to_vec()) else { panic!("not binary") };
         assert_eq!(&m[..], b"RFB");
     }
