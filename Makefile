@@ -1,6 +1,6 @@
 # The two commands of the README, and a few helpers.
 SHELL := /bin/bash
-.PHONY: dev test test-cluster crds rbac image fuzz bench deps docs faults
+.PHONY: dev test test-cluster crds rbac image fuzz bench deps docs faults console-page
 
 deps:
 	scripts/install-deps.sh
@@ -11,6 +11,7 @@ deps:
 ## Needs root for libvirtd; tests/backends/libvirtd/stop.sh stops it afterwards.
 dev: deps
 	guests/build.sh
+	scripts/console-page.sh
 	cargo run -p banlieue -- dev --backends vsphere,proxmox,libvirt
 
 ## Install what is needed, then run every test.
@@ -30,6 +31,11 @@ crds:
 ## Regenerate deploy/base/rbac.yaml from the permissions each role declares.
 rbac:
 	cargo run -q -p banlieue -- rbacgen
+
+## The browser console page into target/console-page (what --console-page-dir serves):
+## console-page/ with xterm.js and noVNC from npm, at the versions its package-lock.json pins.
+console-page:
+	scripts/console-page.sh
 
 ## The container image (buildah): banlieue:<version> and banlieue:<git commit>.
 ## PUSH=host:port also pushes both tags there (see deploy/overlays/local-registry).

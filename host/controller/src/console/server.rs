@@ -237,8 +237,13 @@ impl ConsoleServer {
                     _ => "application/octet-stream",
                 };
                 response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-                // The page runs nothing from elsewhere and is framed by nobody.
-                response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"));
+                // The page runs no script but its own and is framed by nobody; inline styles
+                // are allowed, as xterm.js styles the terminal with <style> elements and
+                // style attributes (its colours).
+                response.headers_mut().insert(
+                    header::CONTENT_SECURITY_POLICY,
+                    HeaderValue::from_static("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
+                );
                 response
             }
             Err(_) => status(StatusCode::NOT_FOUND, "NotFound", &format!("no file {file}")),
@@ -366,7 +371,9 @@ where
 /// Resolves, with why, once the VM is deleted (or being deleted), replaced by another of
 /// the same name, or realised by another Machine than `machine` (it moved).
 async fn gone_or_moved(api: Api<VirtualMachine>, name: String, uid: String, machine: String) -> String {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // No bookmarks: they keep a long watch from relisting, and relisting one VM costs
+    // nothing, while a bookmark per session per interval adds up over many idle sessions.
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}")).disable_bookmarks();
     let mut events = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher::watcher(api, config)));
     while let Some(event) = events.next().await {
         match event {
