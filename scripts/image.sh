@@ -36,11 +36,14 @@ else
     [ -x "$binary" ] || die "$binary not built (cargo build -p banlieue)"
 fi
 [ -f guests/dist/provider-libvirt.wasm ] || die "guests/dist is empty: run guests/build.sh first"
+# The browser console page (xterm.js and noVNC vendored from npm).
+scripts/console-page.sh >/dev/null
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/root
-mkdir -p "$root/usr/bin" "$root/usr/lib/banlieue/components" "$root/etc/ssl/certs" "$root/tmp" "$stage/cache"
+mkdir -p "$root/usr/bin" "$root/usr/lib/banlieue/components" "$root/usr/share/banlieue" "$root/etc/ssl/certs" "$root/tmp" "$stage/cache"
+cp -r target/console-page "$root/usr/share/banlieue/console-page"
 cp "$binary" "$root/usr/bin/banlieue"
 strip "$root/usr/bin/banlieue"
 cp guests/dist/provider-*.wasm guests/dist/placement-*.wasm "$root/usr/lib/banlieue/components/"
@@ -66,6 +69,7 @@ buildah config \
     --cmd 'run' \
     --workingdir / \
     --env BANLIEUE_BUILTIN_DIR=/usr/lib/banlieue/components \
+    --env BANLIEUE_CONSOLE_PAGE_DIR=/usr/share/banlieue/console-page \
     --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
     --port 9464 \
     --label org.opencontainers.image.source=$SOURCE_URL \

@@ -202,7 +202,9 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
     let lv = Libvirtd::shared()?;
     let domain = format!("{}_web", env.ns);
     let _leftovers = banlieue_test_backends::libvirtd::Leftovers { lv, prefix: format!("{}_", env.ns), volumes: vec![] };
-    let _cp = ControlPlane::start(&env)?;
+    // As installed: the provider role serves consoles with deploy/'s rules alone (TokenReview,
+    // SubjectAccessReview, the VM watched while a session lasts).
+    let _cp = ControlPlane::start_as_installed(&env).await?;
     let n = libvirtd_fixtures(&env, lv).await?;
     let ns = env.ns.as_str();
     let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), ns);
@@ -324,7 +326,12 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     let env = TestEnv::start("console-pve").await?;
     env.install_crds().await?;
     let pve = FakePve::start().await?;
-    let _cp = ControlPlane::start(&env)?;
+    // One session per VM at a time, closed after 8 s without a byte.
+    let _cp = ControlPlane::start_with(&env, |o| {
+        let limits = &mut o.consoles.as_mut().expect("consoles").limits;
+        limits.per_vm = 1;
+        limits.idle = std::time::Duration::from_secs(8);
+    })?;
     let n = proxmox_fixtures(&env, &pve, &pve.password, PveEndpoint::Proxy).await?;
     let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     env.apply(pve_vm(&env, "web", &n, json!({}))).await?;
@@ -342,6 +349,10 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     assert!(!all.starts_with("OK"), "termproxy's OK is the host's, not the user's: {all:?}");
     stdin.write_all(b"typed into proxmox\n").await?;
     out.until(30, "typed into proxmox").await?;
+    // A second session on the VM is beyond --console-max-per-vm: refused, saying so.
+    let (code, _, second) = kubectl_vm_as(&env, &operator, &["console", "web"]).await?;
+    assert_eq!(code, 4, "{second}");
+    assert!(second.contains("has 1 console sessions open") && second.contains("HTTP 429"), "{second}");
     stdin.write_all(&[0x1d]).await?; // Ctrl-]
     let status = banlieue_tests::within(30, session.wait()).await??;
     assert!(status.success(), "{status:?}");
@@ -372,6 +383,13 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     assert!(String::from_utf8_lossy(&name).contains("web"), "ServerInit names the VM: {:?}", String::from_utf8_lossy(&name));
     drop(display);
     vnc.kill().await?;
+
+    // A session left idle is closed by the server, and kubectl vm ends, saying why.
+    let mut idle = kubectl_vm_session(&env, &operator, &["console", "web"])?;
+    let mut said = Output::of(idle.stderr.take().expect("stderr"));
+    said.until(60, "console closed: idle for 8s").await?;
+    let status = banlieue_tests::within(30, idle.wait()).await??;
+    assert!(status.success(), "{status:?}");
 
     // As the PVE API documents them: the tickets, then the websocket with port and ticket.
     let seen = pve.requests();

@@ -348,6 +348,9 @@ impl RoleProcess {
         if matches!(role, Role::Controller | Role::Provider) {
             cmd.arg("--shards=16");
         }
+        if role == Role::Provider {
+            cmd.arg(format!("--console-listen=127.0.0.1:{}", banlieue_test_backends::free_port()));
+        }
         let child = cmd
             .arg("--builtin-dir")
             .arg(banlieue_tests::control::guests_dist())
@@ -820,6 +823,13 @@ fn least_privilege(log: &[Request], rbac: &std::path::Path) -> anyhow::Result<()
         // The in-use finalizer of a Provider's credentials Secret (the namespaces suite, which
         // runs the roles as these ServiceAccounts too); this flow's Provider has no credentials.
         ("provider", "patch", "", "secrets"),
+        // Consoles: the caller's token and permission asked of the cluster, the VM watched
+        // while a session lasts (the consoles suite, which runs the roles as these
+        // ServiceAccounts too and opens consoles on libvirtd's guest).
+        ("provider", "create", "authentication.k8s.io", "tokenreviews"),
+        ("provider", "create", "authorization.k8s.io", "subjectaccessreviews"),
+        ("provider", "list", "banlieue.io", "virtualmachines"),
+        ("provider", "watch", "banlieue.io", "virtualmachines"),
     ]);
     for role in Role::ALL {
         let user = role.user();

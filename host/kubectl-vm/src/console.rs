@@ -138,11 +138,16 @@ pub async fn console(t: &Target, name: &str, timeout: Duration) -> Result<()> {
     loop {
         match serial(&mut socket, &mut keys).await {
             Ended::Left => return Ok(()),
-            Ended::Closed(why) if why.contains("deleted") => {
+            // The VM's side closed (a restart, a stop), or the connection was lost: it is
+            // opened again as soon as it can be.
+            Ended::Closed(why) if why.starts_with("the VM's console closed") || why.starts_with("the connection was lost") => {
+                note(&format!("console closed: {why}; opening it again (for up to {}s)", timeout.as_secs()))
+            }
+            // Deleted, moved, or the session's bounds reached: done.
+            Ended::Closed(why) => {
                 note(&format!("console closed: {why}"));
                 return Ok(());
             }
-            Ended::Closed(why) => note(&format!("console closed: {why}; opening it again (for up to {}s)", timeout.as_secs())),
         }
         socket = reopen(&server, timeout).await?;
         note("Connected again");
@@ -204,7 +209,7 @@ async fn reopen(server: &Server, timeout: Duration) -> Result<Socket> {
             Ok(socket) => return Ok(socket),
             // Gone, or no longer allowed: nothing to wait for.
             Err(e @ (Failure::NotFound(_) | Failure::NotInstalled)) => return Err(e),
-            Err(Failure::Refused(m)) if m.contains("HTTP 401") || m.contains("HTTP 403") => return Err(Failure::Refused(m)),
+            Err(Failure::Refused(m)) if m.contains("HTTP 401") || m.contains("HTTP 403") || m.contains("is being deleted") => return Err(Failure::Refused(m)),
             Err(e) if Instant::now() >= deadline => {
                 return Err(Failure::TimedOut(format!("the console of virtualmachine/{} did not open again within {}s: {e}", server.vm, timeout.as_secs())));
             }

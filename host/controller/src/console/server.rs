@@ -49,6 +49,9 @@ pub const PREFIX: &str = "/apis/subresources.banlieue.io/v1alpha1/namespaces/";
 /// The subprotocol prefix a browser passes its token in (a browser's websocket cannot set
 /// an `Authorization` header).
 const TOKEN_PROTOCOL: &str = "base64url.bearer.authorization.k8s.io.";
+/// Why a session ended from the VM's side: kubectl vm opens such a console again (it
+/// begins "the VM's console closed").
+const VM_SIDE_CLOSED: &str = "the VM's console closed (the VM stopped or restarted, or its backend ended the session)";
 /// How long a client may take to send its request.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -330,14 +333,14 @@ where
                     idle_until = tokio::time::Instant::now() + limits.idle;
                     bytes_in += b.len() as u64;
                     if input.send(b.to_vec()).await.is_err() {
-                        break ("the console closed".to_string(), CloseCode::Away);
+                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Away);
                     }
                 }
                 Some(Ok(Message::Text(t))) => {
                     idle_until = tokio::time::Instant::now() + limits.idle;
                     bytes_in += t.len() as u64;
                     if input.send(t.as_bytes().to_vec()).await.is_err() {
-                        break ("the console closed".to_string(), CloseCode::Away);
+                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Away);
                     }
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break ("the user left".to_string(), CloseCode::Normal),
@@ -351,7 +354,7 @@ where
                         break ("the user left".to_string(), CloseCode::Normal);
                     }
                 }
-                None => break ("the VM's console closed (the VM stopped or restarted, or its backend ended the session)".to_string(), CloseCode::Away),
+                None => break (VM_SIDE_CLOSED.to_string(), CloseCode::Away),
             },
             _ = tokio::time::sleep_until(idle_until) => break (format!("idle for {}s (--console-idle-timeout)", limits.idle.as_secs()), CloseCode::Policy),
             _ = tokio::time::sleep_until(deadline) => break (format!("open for {}s, the most allowed (--console-max-duration)", limits.max_duration.as_secs()), CloseCode::Policy),
