@@ -188,13 +188,42 @@ impl Output {
     }
 }
 
+/// `kubectl vm vnc VM` as the holder of `token`, and an RFB 3.8 client of the local port it
+/// prints, up to the display's ServerInit: the user is offered one security type, None (the
+/// cluster authorized the session; a display's own password, if any, the host answered).
+/// The framebuffer's width and height, and the display's name.
+async fn display_of(env: &TestEnv, token: &str, vm: &str) -> anyhow::Result<(u16, u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut vnc = kubectl_vm_session(env, token, &["vnc", vm])?;
+    let mut listening = Output::of(vnc.stdout.take().expect("stdout"));
+    let printed = listening.until(60, "(vnc://").await?;
+    let addr = printed.split("(vnc://").nth(1).and_then(|r| r.split(')').next()).expect("an address").to_string();
+    let mut display = tokio::net::TcpStream::connect(&addr).await?;
+    let take = async |display: &mut tokio::net::TcpStream, n: usize| -> anyhow::Result<Vec<u8>> {
+        let mut buf = vec![0u8; n];
+        banlieue_tests::within(30, display.read_exact(&mut buf)).await??;
+        Ok(buf)
+    };
+    assert_eq!(take(&mut display, 12).await?, b"RFB 003.008\n");
+    display.write_all(b"RFB 003.008\n").await?;
+    assert_eq!(take(&mut display, 2).await?, [1, 1], "one security type, None");
+    display.write_all(&[1]).await?;
+    assert_eq!(take(&mut display, 4).await?, [0, 0, 0, 0], "security handshake accepted");
+    display.write_all(&[1]).await?; // ClientInit: shared
+    let init = take(&mut display, 24).await?;
+    let (width, height) = (u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]]));
+    let name = take(&mut display, u32::from_be_bytes([init[20], init[21], init[22], init[23]]).min(4096) as usize).await?;
+    vnc.kill().await?;
+    Ok((width, height, String::from_utf8_lossy(&name).into_owned()))
+}
+
 #[tokio::test]
 async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_cluster_allows() -> anyhow::Result<()> {
     use banlieue_api::common::PowerState;
     use banlieue_test_backends::libvirtd::Libvirtd;
     use banlieue_tests::backends::{libvirtd_fixtures, secret, vm, KVM};
     use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     let _one_at_a_time = LIBVIRTD_GUESTS.lock().await;
     let env = TestEnv::start("console-kvm").await?;
@@ -263,29 +292,8 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
 
     // The display, on a local port for any VNC client: the guest's own VNC server answers
     // (RFB), past its authentication — the cluster decided, not a VNC password.
-    let mut vnc = kubectl_vm_session(&env, &operator, &["vnc", "web"])?;
-    let mut listening = Output::of(vnc.stdout.take().expect("stdout"));
-    let printed = listening.until(60, "(vnc://").await?;
-    let addr = printed.split("(vnc://").nth(1).and_then(|r| r.split(')').next()).expect("an address").to_string();
-    let mut display = tokio::net::TcpStream::connect(&addr).await?;
-    let mut version = [0u8; 12];
-    banlieue_tests::within(30, display.read_exact(&mut version)).await??;
-    assert_eq!(&version, b"RFB 003.008\n");
-    display.write_all(b"RFB 003.008\n").await?;
-    let mut types = [0u8; 2];
-    banlieue_tests::within(30, display.read_exact(&mut types)).await??;
-    assert_eq!(types, [1, 1], "one security type, None: the session is already authorized");
-    display.write_all(&[1]).await?;
-    let mut result = [0u8; 4];
-    banlieue_tests::within(30, display.read_exact(&mut result)).await??;
-    assert_eq!(result, [0, 0, 0, 0], "security handshake accepted");
-    display.write_all(&[1]).await?; // ClientInit: shared
-    let mut init = [0u8; 4];
-    banlieue_tests::within(30, display.read_exact(&mut init)).await??;
-    let (width, height) = (u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]]));
+    let (width, height, _) = display_of(&env, &operator, "web").await?;
     assert!(width >= 320 && height >= 200, "the guest's framebuffer: {width}x{height}");
-    drop(display);
-    vnc.kill().await?;
 
     // Deleting the VM ends the session, and kubectl vm with it.
     vms.delete("web", &Default::default()).await?;
@@ -321,7 +329,7 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     use banlieue_test_backends::fakepve::FakePve;
     use banlieue_tests::backends::{proxmox_fixtures, pve_vm, PveEndpoint};
     use banlieue_tests::control::{is_powered, wait_for, ControlPlane};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     let env = TestEnv::start("console-pve").await?;
     env.install_crds().await?;
@@ -358,31 +366,8 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     assert!(status.success(), "{status:?}");
 
     // The display: the user is offered no password; the host answered the display's.
-    let mut vnc = kubectl_vm_session(&env, &operator, &["vnc", "web"])?;
-    let mut listening = Output::of(vnc.stdout.take().expect("stdout"));
-    let printed = listening.until(60, "(vnc://").await?;
-    let addr = printed.split("(vnc://").nth(1).and_then(|r| r.split(')').next()).expect("an address").to_string();
-    let mut display = tokio::net::TcpStream::connect(&addr).await?;
-    let mut version = [0u8; 12];
-    banlieue_tests::within(30, display.read_exact(&mut version)).await??;
-    assert_eq!(&version, b"RFB 003.008\n");
-    display.write_all(b"RFB 003.008\n").await?;
-    let mut types = [0u8; 2];
-    banlieue_tests::within(30, display.read_exact(&mut types)).await??;
-    assert_eq!(types, [1, 1]);
-    display.write_all(&[1]).await?;
-    let mut result = [0u8; 4];
-    banlieue_tests::within(30, display.read_exact(&mut result)).await??;
-    assert_eq!(result, [0, 0, 0, 0]);
-    display.write_all(&[1]).await?;
-    let mut init = [0u8; 24];
-    banlieue_tests::within(30, display.read_exact(&mut init)).await??;
-    let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]) as usize;
-    let mut name = vec![0u8; name_len];
-    banlieue_tests::within(30, display.read_exact(&mut name)).await??;
-    assert!(String::from_utf8_lossy(&name).contains("web"), "ServerInit names the VM: {:?}", String::from_utf8_lossy(&name));
-    drop(display);
-    vnc.kill().await?;
+    let (_, _, name) = display_of(&env, &operator, "web").await?;
+    assert!(name.contains("web"), "ServerInit names the VM: {name:?}");
 
     // A session left idle is closed by the server, and kubectl vm ends, saying why.
     let mut idle = kubectl_vm_session(&env, &operator, &["console", "web"])?;

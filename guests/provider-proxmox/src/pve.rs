@@ -26,6 +26,11 @@ pub struct Pve {
     auth: Auth,
 }
 
+/// A stored session: the ticket and the CSRF token, a line each.
+fn ticket_and_csrf(session: &str) -> std::result::Result<(&str, &str), SessionError> {
+    session.split_once('\n').ok_or_else(|| SessionError::Rejected("the stored session is not a ticket and CSRF token".into()))
+}
+
 impl Pve {
     /// A client for the Provider's endpoint with the credentials its Secret holds:
     /// `token-id` + `token-secret` (an API token), else `username` + `password` (a ticket).
@@ -122,9 +127,7 @@ impl Pve {
             Auth::Ticket { username, password } => with_session(
                 || self.login(username, password),
                 |session| {
-                    let (ticket, csrf) = session
-                        .split_once('\n')
-                        .ok_or_else(|| SessionError::Rejected("the stored session is not a ticket and CSRF token".into()))?;
+                    let (ticket, csrf) = ticket_and_csrf(session)?;
                     let mut h = headers.clone();
                     h.push(("cookie".into(), format!("PVEAuthCookie={ticket}")));
                     if method != "GET" {
@@ -154,9 +157,7 @@ impl Pve {
             Auth::Ticket { username, password } => with_session(
                 || self.login(username, password),
                 |session| {
-                    let (ticket, _) = session
-                        .split_once('\n')
-                        .ok_or_else(|| SessionError::Rejected("the stored session is not a ticket and CSRF token".into()))?;
+                    let (ticket, _) = ticket_and_csrf(session)?;
                     Ok(vec![("cookie".into(), format!("PVEAuthCookie={ticket}"))])
                 },
             ),
