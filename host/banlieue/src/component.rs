@@ -1,4 +1,4 @@
-//! `banlieue component …`: keygen, push, sign, verify, inspect.
+//! `banlieue component …`: new, keygen, push, sign, verify, inspect.
 
 use std::path::PathBuf;
 
@@ -8,6 +8,19 @@ use banlieue_runtime::{Runtime, RuntimeConfig};
 
 #[derive(clap::Subcommand)]
 pub enum ComponentCommand {
+    /// Write a new component's crate: every export of its contract stubbed, a test, a README
+    /// with the build, sign and push commands. It builds for wasm32-wasip2 as written.
+    New {
+        kind: crate::scaffold::Kind,
+        /// Its name (a crate and OCI repository name: lowercase letters, digits, '-').
+        name: String,
+        /// Where (default: ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The banlieue SDK's directory (default: the source tree this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Create a signing key pair (cosign's encrypted private key format).
     Keygen {
         /// Write `<prefix>.key` (encrypted private key) and `<prefix>.pub`.
@@ -78,6 +91,11 @@ fn reference(s: &str) -> anyhow::Result<Reference> {
 
 pub async fn run(cmd: ComponentCommand) -> anyhow::Result<()> {
     match cmd {
+        ComponentCommand::New { kind, name, dir, sdk } => {
+            let dir = crate::scaffold::new(kind, &name, dir, sdk)?;
+            println!("wrote {}: `cargo build --release` there builds the component (README.md says what next)", dir.display());
+            Ok(())
+        }
         ComponentCommand::Keygen { output_prefix, password } => {
             let (private, public) = banlieue_oci::keygen(password.as_bytes())?;
             for (path, content) in [(format!("{output_prefix}.key"), private), (format!("{output_prefix}.pub"), public)] {

@@ -6,6 +6,7 @@ mod crds;
 mod dev;
 mod rbac;
 mod roles;
+mod scaffold;
 
 use std::path::PathBuf;
 

@@ -277,6 +277,9 @@ async fn main() {
         eprintln!("error: {e}");
         std::process::exit(e.code());
     }
+    // Done: exit now rather than wait for the runtime to wind down — a console's stdin
+    // reader is blocked in a read that only the process's end interrupts.
+    std::process::exit(0);
 }
 
 struct Target {
