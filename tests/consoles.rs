@@ -302,19 +302,30 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
     assert!(status.success(), "{status:?}");
     drop(stdin);
 
-    // Each session is audited on the VM: who, and how it ended.
+    // Each session is audited on the VM: who, and how it ended (the last session's Event is
+    // written as it closes, so it is awaited: polled, bounded).
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), ns);
     let user = format!("system:serviceaccount:{ns}:operator");
-    let notes: Vec<(String, String)> = events
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some("web"))
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect();
-    assert!(notes.iter().any(|(r, m)| r == "ConsoleOpened" && m.starts_with(&format!("{user} opened the serial console"))), "{notes:?}");
-    assert!(notes.iter().any(|(r, m)| r == "ConsoleClosed" && m.contains("the VM was deleted")), "{notes:?}");
+    let audited = |notes: &[(String, String)]| {
+        notes.iter().any(|(r, m)| r == "ConsoleOpened" && m.starts_with(&format!("{user} opened the serial console")))
+            && notes.iter().any(|(r, m)| r == "ConsoleClosed" && m.contains("the VM was deleted"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let notes: Vec<(String, String)> = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("web"))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect();
+        if audited(&notes) {
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the sessions' Events did not come within 30s: {notes:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
     Ok(())
 }
 
