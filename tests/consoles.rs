@@ -169,13 +169,23 @@ impl Output {
 
     /// Wait (bounded) until the output holds `text`; all of it.
     async fn until(&mut self, secs: u64, text: &str) -> anyhow::Result<String> {
+        self.until_after(0, secs, text).await
+    }
+
+    /// How much has been read so far.
+    async fn len(&self) -> usize {
+        self.seen.lock().await.len()
+    }
+
+    /// Wait (bounded) until what came after the first `from` bytes holds `text`; all of it.
+    async fn until_after(&mut self, from: usize, secs: u64, text: &str) -> anyhow::Result<String> {
         let found = banlieue_tests::within(secs, async {
             loop {
-                if self.seen.lock().await.contains(text) {
+                if self.seen.lock().await.get(from..).is_some_and(|s| s.contains(text)) {
                     return true;
                 }
                 if self.more.changed().await.is_err() {
-                    return self.seen.lock().await.contains(text);
+                    return self.seen.lock().await.get(from..).is_some_and(|s| s.contains(text));
                 }
             }
         })
@@ -283,12 +293,27 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
     assert_ne!(code, 0, "{second}");
     assert!(second.to_lowercase().contains("console"), "{second}");
 
-    // A restart closes the console; it is opened again, and the guest's boot (with its
-    // user-data marker) comes through it.
+    // A restart closes the console; kubectl vm opens it again, and the rebooted guest's shell
+    // answers through it: its seed holds the user-data marker. The shell starts some seconds
+    // after the console opens again, so the question is typed again (bounded) until answered;
+    // what the guest printed while booting may come before the console reopened.
     let (code, _, e) = banlieue_tests::control::kubectl_vm(&env, &["-n", ns, "restart", "web"]).await?;
     assert_eq!(code, 0, "{e}");
-    out.until(BOOT_SECS, &format!("banlieue-guest: marker={marker}")).await?;
-    err.until(30, "Connected again").await?;
+    if let Err(e) = err.until(BOOT_SECS, "Connected again").await {
+        anyhow::bail!("{e}\nstdout:\n{}", out.seen.lock().await);
+    }
+    let asked = out.len().await;
+    let seeded = format!("#banlieue-marker: {marker}");
+    banlieue_tests::within(BOOT_SECS, async {
+        loop {
+            stdin.write_all(b"\ncat /run/seed/user-data\n").await?;
+            if out.until_after(asked, 5, &seeded).await.is_ok() {
+                return anyhow::Ok(());
+            }
+        }
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("the rebooted guest's shell did not show {seeded:?} within {BOOT_SECS}s; got:\n{}", out.seen.try_lock().map(|s| s.clone()).unwrap_or_default()))??;
 
     // The display, on a local port for any VNC client: the guest's own VNC server answers
     // (RFB), past its authentication — the cluster decided, not a VNC password.
