@@ -66,6 +66,16 @@ async fn scaffolded_components_build_as_written_and_run_in_banlieue() -> anyhow:
 
     let driver = scaffold(&env, "provider", "acme-cloud")?;
     let policy = scaffold(&env, "placement", "roomiest")?;
+
+    // The conformance suite runs the scaffold to its first honest failure: the probe stub.
+    let manifest = env.dir().join("acme.yaml");
+    std::fs::write(&manifest, "apiVersion: banlieue.io/v1alpha1\nkind: Provider\nmetadata: {name: acme, namespace: infra}\nspec:\n  providerClassRef: {name: acme}\n  connection: {endpoint: \"https://127.0.0.1:9\"}\n")?;
+    let run = std::process::Command::new(banlieue_tests::bootstrap::banlieue()?)
+        .args(["provider", "conformance", "--driver", &driver.to_string_lossy(), "-f", &manifest.to_string_lossy(), "--image", "template:any"])
+        .output()?;
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(1), "{report}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(report.contains("FAIL probe") && report.contains("acme-cloud: `probe` is not written yet") && report.contains("nothing else was run"), "{report}");
     let _cp = ControlPlane::start(&env)?;
 
     // The driver, as a Provider's class: its probe stub's words are the Provider's condition.

@@ -588,20 +588,13 @@ async fn a_hostile_driver_marks_its_provider_while_other_vms_keep_reconciling() 
 }
 
 /// A component exporting `banlieue:provider/driver@0.1.0`, as drivers built before contract 0.2 do.
-const DRIVER_0_1: &str = r#"(component
-  (core module $m (func (export "v")))
-  (core instance $i (instantiate $m))
-  (func $v (canon lift (core func $i "v")))
-  (instance $driver (export "contract-version" (func $v)))
-  (export "banlieue:provider/driver@0.1.0" (instance $driver)))"#;
-
 #[tokio::test]
 async fn a_driver_built_for_contract_0_1_gets_incompatible_contract_on_its_class() -> anyhow::Result<()> {
     let env = TestEnv::start("contract-0-1").await?;
     env.install_crds().await?;
     let _cp = ControlPlane::start(&env)?;
     let path = component_dir(&env).join("driver-0.1.wasm");
-    std::fs::write(&path, wat::parse_str(DRIVER_0_1)?)?;
+    std::fs::write(&path, wat::parse_str(banlieue_tests::DRIVER_0_1)?)?;
     let class = format!("{}-old", env.ns);
     env.apply(
         json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": class},

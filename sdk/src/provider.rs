@@ -129,6 +129,18 @@ fn no_snapshots(machine: &MachineRef) -> Error {
     Error::InvalidSpec(format!("this driver takes no snapshots (machine {})", machine.name))
 }
 
+/// What no backend can make, refused before a driver's `create` sees it: a machine without a
+/// CPU, memory or a boot disk.
+pub fn check_shape(machine: &Machine) -> Result<()> {
+    if machine.cpus == 0 || machine.memory_mib == 0 {
+        return Err(Error::InvalidSpec(format!("a machine needs at least one CPU and some memory (cpus {}, memory {} MiB)", machine.cpus, machine.memory_mib)));
+    }
+    if machine.disks.is_empty() {
+        return Err(Error::InvalidSpec("a machine needs a boot disk (its first disk, cloned from the image)".into()));
+    }
+    Ok(())
+}
+
 /// `delete` semantics: a `not-found` error is success.
 pub fn ignore_not_found(result: Result<()>) -> Result<()> {
     match result {
@@ -232,6 +244,7 @@ macro_rules! export_provider {
                     D::probe(&config)
                 }
                 fn create(config: wit::ProviderConfig, machine: wit::Machine) -> ::core::result::Result<wit::MachineStatus, wit::Error> {
+                    $crate::provider::check_shape(&machine)?;
                     D::create(&config, &machine)
                 }
                 fn describe(config: wit::ProviderConfig, machine: wit::MachineRef) -> ::core::result::Result<wit::MachineStatus, wit::Error> {

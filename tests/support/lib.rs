@@ -26,6 +26,15 @@ pub mod ipam;
 /// banlieue's own namespace (Leases).
 pub const SYSTEM_NAMESPACE: &str = banlieue_controller::SYSTEM_NAMESPACE;
 
+/// A driver component built for `banlieue:provider@0.1.0` (WAT): a contract this host no
+/// longer implements.
+pub const DRIVER_0_1: &str = r#"(component
+  (core module $m (func (export "v")))
+  (core instance $i (instantiate $m))
+  (func $v (canon lift (core func $i "v")))
+  (instance $driver (export "contract-version" (func $v)))
+  (export "banlieue:provider/driver@0.1.0" (instance $driver)))"#;
+
 /// Events kept by the embedded server in tests (small, so `410 Gone` is reachable).
 pub const TEST_WATCH_HISTORY: usize = 200;
 

@@ -74,7 +74,7 @@ pub struct AuthArgs {
 }
 
 impl AuthArgs {
-    fn auth(&self, r: &Reference) -> anyhow::Result<Auth> {
+    pub fn auth(&self, r: &Reference) -> anyhow::Result<Auth> {
         match &self.docker_config {
             None => Ok(Auth::Anonymous),
             Some(p) => {

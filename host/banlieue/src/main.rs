@@ -2,6 +2,7 @@
 
 mod bootstrap;
 mod component;
+mod conformance;
 mod crds;
 mod dev;
 mod rbac;
@@ -31,8 +32,9 @@ enum Command {
     Run(roles::RoleArgs),
     /// Run the VirtualMachine controller.
     Controller(roles::RoleArgs),
-    /// Run the infrastructure-machine and Provider reconcilers (the drivers' host).
-    Provider(roles::RoleArgs),
+    /// Run the infrastructure-machine and Provider reconcilers (the drivers' host); or, with
+    /// `conformance`, check a driver against the provider contract.
+    Provider(ProviderCommand),
     /// Run the ProviderClass and PlacementPolicy reconcilers.
     Operator(roles::RoleArgs),
     /// Run the VMImage reconciler: images downloaded, verified and converted in the image cache.
@@ -60,20 +62,41 @@ enum Command {
     },
 }
 
+/// `banlieue provider`: the role, or a tool for driver authors.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct ProviderCommand {
+    #[command(subcommand)]
+    tool: Option<ProviderTool>,
+    #[command(flatten)]
+    role: roles::RoleArgs,
+}
+
+#[derive(Subcommand)]
+enum ProviderTool {
+    /// Run the provider contract's behaviours against a driver and the live backend a
+    /// Provider manifest and its Secret describe (no Kubernetes needed).
+    Conformance(Box<conformance::ConformanceArgs>),
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // A conformance run prints its report; the driver's own log lines only when asked (RUST_LOG).
+    let quiet = matches!(cli.command, Command::Provider(ProviderCommand { tool: Some(_), .. }));
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn,hyper=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| if quiet { "warn".into() } else { "info,kube=warn,hyper=warn".into() }),
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Dev(args) => dev::run(args).await,
         Command::Bootstrap(args) => bootstrap::run(args).await,
         Command::Run(args) => roles::run(args, Roles::ALL).await,
         Command::Controller(args) => roles::run(args, Roles { controller: true, ..Roles::default() }).await,
-        Command::Provider(args) => roles::run(args, Roles { provider: true, ..Roles::default() }).await,
+        Command::Provider(ProviderCommand { tool: Some(ProviderTool::Conformance(args)), .. }) => conformance::run(*args).await,
+        Command::Provider(ProviderCommand { tool: None, role }) => roles::run(role, Roles { provider: true, ..Roles::default() }).await,
         Command::Operator(args) => roles::run(args, Roles { operator: true, ..Roles::default() }).await,
         Command::Imagebuilder(args) => roles::run(args, Roles { imagebuilder: true, ..Roles::default() }).await,
         Command::Crdgen { out, check } => crds::crdgen(&out, check),

@@ -189,6 +189,11 @@ pub struct Inspection {
 }
 
 impl Runtime {
+    /// The interfaces a loaded component imports (what it will ask the host for).
+    pub fn imports(&self, component: &LoadedComponent) -> Vec<String> {
+        component.component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect()
+    }
+
     /// Describe a component without running it.
     pub fn inspect(&self, bytes: &[u8]) -> Result<Inspection, CallError> {
         let digest = hex::encode(Sha256::digest(bytes));

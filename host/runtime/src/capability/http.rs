@@ -374,10 +374,12 @@ impl HttpGrant {
 
 impl Host for HostState {
     async fn send(&mut self, req: Request) -> Result<Response, WitError> {
-        match &self.grants.http {
-            Some(g) => g.clone().send(req).await,
-            None => Err(denied("the http capability is not granted to this component")),
-        }
+        let changes = !(req.method.eq_ignore_ascii_case("GET") || req.method.eq_ignore_ascii_case("HEAD"));
+        let result = match &self.grants.http {
+            Some(g) => g.clone().send(req).await.map_err(|e| self.refusal(e)),
+            None => Err(self.refusal(denied("the http capability is not granted to this component"))),
+        };
+        self.observed(changes, result).await
     }
 }
 

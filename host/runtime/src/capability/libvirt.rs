@@ -60,41 +60,61 @@ impl HostState {
     pub(super) fn libvirt(&self) -> Result<Libvirt, WitError> {
         match &self.grants.libvirt {
             Some(g) => Ok(g.conn.clone()),
-            None => Err(WitError::Denied("the libvirt capability is not granted to this component".into())),
+            None => Err(self.refusal(WitError::Denied("the libvirt capability is not granted to this component".into()))),
         }
     }
 }
 
 impl wit::Host for HostState {
     async fn domain_define(&mut self, xml: String) -> Result<wit::DomainInfo, WitError> {
-        self.libvirt()?.domain_define(xml).await.map(domain).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_define(xml).await.map(domain).map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_start(&mut self, name: String) -> Result<(), WitError> {
-        self.libvirt()?.domain_start(&name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_start(&name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_shutdown(&mut self, name: String) -> Result<(), WitError> {
-        self.libvirt()?.domain_shutdown(&name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_shutdown(&name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_destroy(&mut self, name: String) -> Result<(), WitError> {
-        self.libvirt()?.domain_destroy(&name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_destroy(&name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_undefine(&mut self, name: String) -> Result<(), WitError> {
-        self.libvirt()?.domain_undefine(&name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_undefine(&name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_get(&mut self, name: String) -> Result<wit::DomainInfo, WitError> {
-        self.libvirt()?.domain_get(&name).await.map(domain).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_get(&name).await.map(domain).map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn domain_get_state(&mut self, name: String) -> Result<wit::DomainState, WitError> {
-        self.libvirt()?.domain_state(&name).await.map(state).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_state(&name).await.map(state).map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn domain_xml(&mut self, name: String) -> Result<String, WitError> {
-        self.libvirt()?.domain_xml(&name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_xml(&name).await.map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn domain_set_metadata(&mut self, name: String, uri: String, key: String, xml: Option<String>) -> Result<(), WitError> {
-        self.libvirt()?.domain_set_metadata(&name, &uri, &key, xml).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_set_metadata(&name, &uri, &key, xml).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn domain_list(&mut self) -> Result<Vec<wit::DomainInfo>, WitError> {
-        self.libvirt()?.domain_list().await.map(|v| v.into_iter().map(domain).collect()).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.domain_list().await.map(|v| v.into_iter().map(domain).collect()).map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn domain_addresses(
         &mut self,
@@ -120,37 +140,59 @@ impl wit::Host for HostState {
             .collect())
     }
     async fn snapshot_create(&mut self, domain: String, xml: String) -> Result<wit::SnapshotInfo, WitError> {
-        self.libvirt()?.snapshot_create(&domain, xml).await.map(snapshot).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.snapshot_create(&domain, xml).await.map(snapshot).map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn snapshot_redefine(&mut self, domain: String, xml: String) -> Result<wit::SnapshotInfo, WitError> {
-        self.libvirt()?.snapshot_redefine(&domain, xml).await.map(snapshot).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.snapshot_redefine(&domain, xml).await.map(snapshot).map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn snapshot_list(&mut self, domain: String) -> Result<Vec<wit::SnapshotInfo>, WitError> {
-        self.libvirt()?.snapshot_list(&domain).await.map(|v| v.into_iter().map(snapshot).collect()).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.snapshot_list(&domain).await.map(|v| v.into_iter().map(snapshot).collect()).map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn snapshot_revert(&mut self, domain: String, name: String) -> Result<(), WitError> {
-        self.libvirt()?.snapshot_revert(&domain, &name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.snapshot_revert(&domain, &name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn snapshot_delete(&mut self, domain: String, name: String) -> Result<(), WitError> {
-        self.libvirt()?.snapshot_delete(&domain, &name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.snapshot_delete(&domain, &name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_create(&mut self, pool: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
-        self.libvirt()?.volume_create(&pool, xml).await.map(volume).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_create(&pool, xml).await.map(volume).map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_clone(&mut self, pool: String, source: String, xml: String) -> Result<wit::VolumeInfo, WitError> {
-        self.libvirt()?.volume_clone(&pool, &source, xml).await.map(volume).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_clone(&pool, &source, xml).await.map(volume).map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_upload(&mut self, pool: String, name: String, bytes: Vec<u8>) -> Result<(), WitError> {
-        self.libvirt()?.volume_upload(&pool, &name, bytes).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_upload(&pool, &name, bytes).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_delete(&mut self, pool: String, name: String) -> Result<(), WitError> {
-        self.libvirt()?.volume_delete(&pool, &name).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_delete(&pool, &name).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_resize(&mut self, pool: String, name: String, capacity_bytes: u64) -> Result<(), WitError> {
-        self.libvirt()?.volume_resize(&pool, &name, capacity_bytes).await.map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_resize(&pool, &name, capacity_bytes).await.map_err(err) }.await;
+        self.observed(true, result).await
     }
     async fn volume_list(&mut self, pool: String) -> Result<Vec<wit::VolumeInfo>, WitError> {
-        self.libvirt()?.volume_list(&pool).await.map(|v| v.into_iter().map(volume).collect()).map_err(err)
+        let conn = self.libvirt();
+        let result = async { conn?.volume_list(&pool).await.map(|v| v.into_iter().map(volume).collect()).map_err(err) }.await;
+        self.observed(false, result).await
     }
     async fn pool_list(&mut self) -> Result<Vec<wit::PoolInfo>, WitError> {
         let pools = self.libvirt()?.pool_list().await.map_err(err)?;

@@ -7,6 +7,7 @@ pub mod console;
 pub mod http;
 pub mod libvirt;
 pub mod log;
+pub mod observer;
 pub mod secrets;
 pub mod session;
 pub mod transfer;
@@ -42,6 +43,8 @@ pub struct Grants {
     pub export: Option<transfer::ExportGrant>,
     /// The disks a `disk-import` call may send, if any.
     pub carried: Option<transfer::CarriedGrant>,
+    /// A conformance run's watch over this call (never set by the controllers).
+    pub observer: Option<std::sync::Arc<observer::Observer>>,
 }
 
 impl From<WitError> for crate::error::GuestError {

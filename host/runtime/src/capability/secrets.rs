@@ -76,8 +76,8 @@ impl SecretsGrant {
 impl Host for HostState {
     async fn get(&mut self, key: String) -> Result<String, WitError> {
         match &self.grants.secrets {
-            Some(g) => g.clone().get(&key).await,
-            None => Err(WitError::Denied("the secrets capability is not granted to this component".into())),
+            Some(g) => g.clone().get(&key).await.map_err(|e| self.refusal(e)),
+            None => Err(self.refusal(WitError::Denied("the secrets capability is not granted to this component".into()))),
         }
     }
 }

@@ -137,8 +137,11 @@ impl Host for HostState {
 
     async fn set(&mut self, token: String, ttl_seconds: u32) -> Result<(), WitError> {
         match &self.grants.session {
-            Some(g) => g.set(token, Duration::from_secs(ttl_seconds.into())),
-            None => Err(WitError::Denied("the session capability is not granted to this component".into())),
+            Some(g) => {
+                self.login();
+                g.set(token, Duration::from_secs(ttl_seconds.into()))
+            }
+            None => Err(self.refusal(WitError::Denied("the session capability is not granted to this component".into()))),
         }
     }
 
