@@ -18,6 +18,7 @@ pub mod backends;
 pub mod bench;
 pub mod bootstrap;
 pub mod browser;
+pub mod conformance;
 pub mod control;
 pub mod faults;
 pub mod files;
