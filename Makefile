@@ -53,6 +53,7 @@ bench:
 	cargo bench -p banlieue-tests --bench providers
 	cargo bench -p banlieue-tests --bench libvirtd
 	cargo bench -p banlieue-tests --bench conformance
+	cargo bench -p banlieue-tests --bench placement
 	cargo bench -p banlieue-tests --bench pools
 	cargo build --release -p banlieue && cargo bench -p banlieue-tests --bench bootstrap
 	cargo bench -p banlieue-tests --bench throttle

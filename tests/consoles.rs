@@ -398,7 +398,7 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     assert_eq!(code, 4, "{second}");
     assert!(second.contains("has 1 console sessions open") && second.contains("HTTP 429"), "{second}");
     stdin.write_all(&[0x1d]).await?; // Ctrl-]
-    let status = banlieue_tests::within(30, session.wait()).await??;
+    let status = banlieue_tests::within(30, session.wait()).await.map_err(|e| anyhow::anyhow!("kubectl vm console did not leave on Ctrl-]: {e}"))??;
     assert!(status.success(), "{status:?}");
 
     // The display: the user is offered no password; the host answered the display's.
@@ -408,8 +408,8 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     // A session left idle is closed by the server, and kubectl vm ends, saying why.
     let mut idle = kubectl_vm_session(&env, &operator, &["console", "web"])?;
     let mut said = Output::of(idle.stderr.take().expect("stderr"));
-    said.until(60, "console closed: idle for 8s").await?;
-    let status = banlieue_tests::within(30, idle.wait()).await??;
+    let all = said.until(60, "console closed: idle for 8s").await?;
+    let status = banlieue_tests::within(30, idle.wait()).await.map_err(|e| anyhow::anyhow!("kubectl vm console did not end after the idle close: {e}; it said:\n{all}"))??;
     assert!(status.success(), "{status:?}");
 
     // As the PVE API documents them: the tickets, then the websocket with port and ticket.

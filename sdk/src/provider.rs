@@ -136,7 +136,7 @@ pub fn check_shape(machine: &Machine) -> Result<()> {
         return Err(Error::InvalidSpec(format!("a machine needs at least one CPU and some memory (cpus {}, memory {} MiB)", machine.cpus, machine.memory_mib)));
     }
     if machine.disks.is_empty() {
-        return Err(Error::InvalidSpec("a machine needs a boot disk (its first disk, cloned from the image)".into()));
+        return Err(Error::InvalidSpec("a machine needs at least one disk (its first, the boot disk, is cloned from the image)".into()));
     }
     Ok(())
 }

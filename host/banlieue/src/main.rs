@@ -5,6 +5,7 @@ mod component;
 mod conformance;
 mod crds;
 mod dev;
+mod placement;
 mod rbac;
 mod roles;
 mod scaffold;
@@ -39,6 +40,9 @@ enum Command {
     Operator(roles::RoleArgs),
     /// Run the VMImage reconciler: images downloaded, verified and converted in the image cache.
     Imagebuilder(roles::RoleArgs),
+    /// Try placement policies: what one would do for a VM now (explain), what it costs (bench).
+    #[command(subcommand)]
+    Placement(placement::PlacementCommand),
     /// Work with Wasm components: inspect, keygen, push, sign, verify.
     #[command(subcommand)]
     Component(component::ComponentCommand),
@@ -82,8 +86,8 @@ enum ProviderTool {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // A conformance run prints its report; the driver's own log lines only when asked (RUST_LOG).
-    let quiet = matches!(cli.command, Command::Provider(ProviderCommand { tool: Some(_), .. }));
+    // The authors' tools print their reports; the components' own log lines only when asked (RUST_LOG).
+    let quiet = matches!(cli.command, Command::Provider(ProviderCommand { tool: Some(_), .. }) | Command::Placement(_));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| if quiet { "warn".into() } else { "info,kube=warn,hyper=warn".into() }),
@@ -102,5 +106,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Crdgen { out, check } => crds::crdgen(&out, check),
         Command::Rbacgen { out, check } => rbac::rbacgen(&out, check),
         Command::Component(cmd) => component::run(cmd).await,
+        Command::Placement(cmd) => placement::run(cmd).await,
     }
 }

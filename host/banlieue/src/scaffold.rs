@@ -48,7 +48,7 @@ pub fn new(kind: Kind, name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -
             format!("banlieue:provider@{}", banlieue_runtime::PROVIDER_VERSION),
             format!(
                 "A ProviderClass names it (`spec.component.source: oci://REGISTRY/{name}:0.1.0`, with\n\
-                 `verification.keys` holding `{name}.pub`), and a Provider of that class gives it its endpoint and\n\
+                 `verification.publicKeys` holding `{name}.pub`), and a Provider of that class gives it its endpoint and\n\
                  credentials. Check it against a live backend first (a Provider manifest and its Secret):\n\n\
                  ```sh\n\
                  banlieue provider conformance --driver target/wasm32-wasip2/release/{krate}.wasm -f provider.yaml --image template:NAME\n\
@@ -61,7 +61,7 @@ pub fn new(kind: Kind, name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -
             format!("banlieue:placement@{}", banlieue_runtime::PLACEMENT_VERSION),
             format!(
                 "A PlacementPolicy names it (`spec.component.source: oci://REGISTRY/{name}:0.1.0`, with\n\
-                 `verification.keys` holding `{name}.pub`), and a VM's `placement.policyRef` uses it."
+                 `verification.publicKeys` holding `{name}.pub`), and a VM's `placement.policyRef` uses it."
             ),
         ),
     };

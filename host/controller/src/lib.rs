@@ -8,8 +8,8 @@
 //! - `sandbox`: the edge to the components — loading them (`sandbox::components`,
 //!   the one place a component is verified) and the grants they run with
 //!   (`sandbox::grants`, the one place grants are built);
-//! - `placement`: the candidates a placement component ranks, and resolving classes
-//!   to a Provider's terms;
+//! - `placement`: the candidates a placement component ranks, resolving classes to a
+//!   Provider's terms, and what a policy would do now (`explain`, for `banlieue placement`);
 //! - `ops`: metrics, health and the permissions each role needs;
 //! - `console`: a VM's consoles, and who may open them (`console::access`, the one place
 //!   a console is authorized).
@@ -45,6 +45,7 @@ pub use framework::shards::{shard_of, Sharding, Shards};
 pub use ops::metrics::{Metrics, Readiness};
 pub use ops::permissions::{self, Role};
 pub use run::{run, Roles};
+pub use placement::explain;
 pub use sandbox::components::Components;
 
 /// Field manager of everything banlieue applies.

@@ -183,6 +183,21 @@ enum Command {
         #[arg(long)]
         browser: bool,
     },
+    /// Where a VM would be placed now, without placing it: every candidate in the order its
+    /// placement policy prefers them, and what left the other failure domains out
+    /// (runs `banlieue placement explain`).
+    Place {
+        name: String,
+        /// Only explain (required: a VM is placed by banlieue; change spec.placement to move it).
+        #[arg(long)]
+        dry_run: bool,
+        /// Try this placement policy (a `.wasm` file) instead of the VM's.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Rank this many candidates.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
 }
@@ -323,6 +338,7 @@ async fn connect(cli: &Cli) -> Result<Target> {
 
 async fn run(cli: Cli) -> Result<()> {
     let t = connect(&cli).await?;
+    let config = (cli.kubeconfig.clone(), cli.context.clone());
     match cli.command {
         Command::List => list(&t).await,
         Command::Status { name } => status(&t, &name).await,
@@ -377,7 +393,37 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Release { name, wait } => adoption::release(&t, &name, wait).await,
         Command::Console { name, timeout } => console::console(&t, &name, Duration::from_secs(timeout.max(1))).await,
         Command::Vnc { name, port, browser } => console::vnc(&t, &name, port, browser).await,
+        Command::Place { name, dry_run, policy, top } => place(&config, &t, &name, dry_run, policy.as_deref(), top),
         Command::Completion { .. } => Ok(()),
+    }
+}
+
+/// `kubectl vm place NAME --dry-run`: `banlieue placement explain` (which runs the policy
+/// component, so it lives in the binary that hosts components) on the same cluster.
+fn place((kubeconfig, context): &(Option<PathBuf>, Option<String>), t: &Target, name: &str, dry_run: bool, policy: Option<&std::path::Path>, top: usize) -> Result<()> {
+    if !dry_run {
+        return Err(Failure::Refused("kubectl vm place only explains (--dry-run): banlieue places a VM itself; change its spec.placement to move it".into()));
+    }
+    let banlieue = std::env::var_os("BANLIEUE").unwrap_or_else(|| "banlieue".into());
+    let mut cmd = std::process::Command::new(&banlieue);
+    cmd.args(["placement", "explain", name, "--namespace", &t.namespace, "--top", &top.to_string()]);
+    if let Some(p) = policy {
+        cmd.arg("--policy").arg(p);
+    }
+    if let Some(c) = context {
+        cmd.args(["--context", c]);
+    }
+    if matches!(t.format, Format::Json) {
+        cmd.arg("--json");
+    }
+    if let Some(k) = kubeconfig {
+        cmd.env("KUBECONFIG", k);
+    }
+    let status = cmd.status().map_err(|e| anyhow::anyhow!("running {} placement explain (install banlieue on PATH, or set BANLIEUE to it): {e}", banlieue.to_string_lossy()))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(3) => Err(Failure::NotFound(format!("virtualmachine {name:?} not found in namespace {:?}", t.namespace))),
+        code => Err(Failure::Other(anyhow::anyhow!("banlieue placement explain ended with {code:?}"))),
     }
 }
 

@@ -186,7 +186,30 @@ impl Libvirt {
 }
 
 /// An open `virConnectPtr`, closed when dropped (virt's `Connect` does not close itself).
-struct Conn(Connect);
+pub(crate) struct Conn(pub(crate) Connect);
+
+impl Libvirt {
+    /// Run `call` on a connection of its own to the same URI (opened for it, handed back with
+    /// the result and closed when dropped): for a console's stream, whose blocking reads
+    /// must never hold up the calls every reconcile makes on the shared connection.
+    pub(crate) async fn run_alone<T, F>(&self, op: &'static str, call: F) -> Result<(T, Arc<Conn>)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connect) -> std::result::Result<T, VirtError> + Send + 'static,
+    {
+        let uri = self.inner.uri.clone();
+        let timeout = self.inner.timeout;
+        let work = tokio::task::spawn_blocking(move || {
+            let conn = Arc::new(Conn(Connect::open(Some(&uri)).map_err(|e| LibvirtError::Unavailable(format!("cannot open {uri}: {}", e.message())))?));
+            let value = call(&conn.0).map_err(|e| LibvirtError::from_virt(&uri, &e))?;
+            Ok((value, conn))
+        });
+        match tokio::time::timeout(timeout, work).await {
+            Ok(done) => done.map_err(|e| LibvirtError::Internal(format!("libvirt {op} failed: {e}")))?,
+            Err(_) => Err(LibvirtError::Unavailable(format!("libvirt {op} on {} did not finish within {timeout:?}", self.inner.uri))),
+        }
+    }
+}
 
 impl Drop for Conn {
     fn drop(&mut self) {

@@ -30,14 +30,18 @@ impl Libvirt {
     pub async fn open_console(&self, domain: &str) -> Result<SerialConsole> {
         check_c_string("domain name", domain)?;
         let name = domain.to_string();
-        let stream = self
-            .run("open-console", move |c| {
+        // Its own connection: a stream's blocking read (and its abort as the session ends)
+        // on the shared one held up every other call on it — a display opened right after a
+        // serial console closed waited out its timeout. The threads keep it open.
+        let (stream, conn) = self
+            .run_alone("open-console", move |c| {
                 let d = Domain::lookup_by_name(c, &name)?;
                 let stream = Stream::new(c, 0)?;
                 d.open_console(None, &stream, 0)?;
                 Ok(stream)
             })
             .await?;
+        let kept = conn.clone();
         let (input, mut from_user) = mpsc::channel::<Vec<u8>>(QUEUE);
         let (to_user, output) = mpsc::channel::<Vec<u8>>(QUEUE);
         // A blocking stream read on one thread and written on another: libvirt's client lets a
@@ -54,6 +58,7 @@ impl Libvirt {
                     }
                 }
                 let _ = reader.abort();
+                drop(kept);
             })
             .map_err(|e| crate::LibvirtError::Internal(format!("starting the console reader: {e}")))?;
         std::thread::Builder::new()
@@ -65,6 +70,7 @@ impl Libvirt {
                     }
                 }
                 let _ = stream.abort();
+                drop(conn);
             })
             .map_err(|e| crate::LibvirtError::Internal(format!("starting the console writer: {e}")))?;
         Ok(SerialConsole { input, output })

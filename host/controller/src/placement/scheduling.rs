@@ -31,6 +31,9 @@ pub const FAILURE_DOMAIN_LABEL: &str = "banlieue.io/failure-domain";
 pub struct Candidates {
     pub candidates: Domains,
     pub excluded: Vec<String>,
+    /// Left out because the VM's placement does not select them (`providerRef`, selectors):
+    /// what it asked for, so not in its condition; `placement explain` shows them.
+    pub unselected: Vec<String>,
 }
 
 fn selector(s: &Option<LabelSelector>) -> Result<Option<Selector>, String> {
@@ -122,13 +125,15 @@ pub fn candidates(
         }
     }
 
-    let mut excluded = vec![];
+    let (mut excluded, mut unselected) = (vec![], vec![]);
     for p in providers {
         let name = p.name_any();
         if placement.provider_ref.as_ref().is_some_and(|r| r.name != name) {
+            unselected.push(format!("Provider {name} is not spec.placement.providerRef"));
             continue;
         }
         if provider_selector.as_ref().is_some_and(|s| !s.matches(p.labels())) {
+            unselected.push(format!("Provider {name} does not match spec.placement.providerSelector"));
             continue;
         }
         if !image_classes.contains(&p.spec.provider_class_ref.name) {
@@ -151,6 +156,7 @@ pub fn candidates(
         for fd in &status.failure_domains {
             let at = format!("{name}/{}", fd.name);
             if domain_selector.as_ref().is_some_and(|s| !s.matches(&domain_labels(&name, fd))) {
+                unselected.push(format!("{at} does not match spec.placement.failureDomainSelector"));
                 continue;
             }
             let offered = |have: &[String], map: &BTreeMap<String, String>, need: &str| have.iter().any(|h| h == need) && map.contains_key(need);
@@ -183,7 +189,7 @@ pub fn candidates(
             b.candidate(provider, failure_domain, facts, capacity, groups.len() as u32, groups.iter().copied());
         }
     }
-    Ok(Candidates { candidates: b.build(), excluded })
+    Ok(Candidates { candidates: b.build(), excluded, unselected })
 }
 
 /// The candidates where `image` can be used now, when there are any: a `url` image is
