@@ -140,6 +140,16 @@ fn kubectl_vm_session(env: &TestEnv, token: &str, args: &[&str]) -> anyhow::Resu
     Ok(cmd.spawn()?)
 }
 
+/// Reading VMs and Providers (what finding a VM's console server takes), and no more.
+fn reads() -> serde_json::Value {
+    json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]})
+}
+
+/// A user who reads VMs and opens their consoles and displays: a token for them.
+async fn operator(env: &TestEnv) -> anyhow::Result<String> {
+    account(env, "operator", json!([reads(), {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await
+}
+
 /// What a running command printed, read as it comes (one reader per stream).
 struct Output {
     seen: std::sync::Arc<tokio::sync::Mutex<String>>,
@@ -254,19 +264,12 @@ async fn on_libvirtd_kubectl_vm_console_and_vnc_reach_the_guest_for_whom_the_clu
 
     // Who: a viewer reads VMs; an operator opens consoles too (and reads the Provider that
     // says where they are served).
-    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
-    let viewer = account(&env, "viewer", json!([reads])).await?;
-    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    let viewer = account(&env, "viewer", json!([reads()])).await?;
+    let operator = operator(&env).await?;
 
     wait_for(&vms, "web", BOOT_SECS, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
     wait_for(&vms, "idle", 120, "Ready and off", is_powered(PowerState::PoweredOff)).await?;
-    banlieue_tests::within(BOOT_SECS, async {
-        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("the guest did not boot: {}", lv.serial_log(&domain)))?;
+    lv.await_serial(&domain, "banlieue-guest: ready", BOOT_SECS).await?;
 
     // The viewer is refused by the cluster, naming the verb and subresource (exit code 4).
     let (code, _, err) = kubectl_vm_as(&env, &viewer, &["console", "web"]).await?;
@@ -379,8 +382,7 @@ async fn on_proxmox_the_console_and_the_display_are_opened_with_one_time_tickets
     let n = proxmox_fixtures(&env, &pve, &pve.password, PveEndpoint::Proxy).await?;
     let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     env.apply(pve_vm(&env, "web", &n, json!({}))).await?;
-    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
-    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    let operator = operator(&env).await?;
     wait_for(&vms, "web", 120, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
 
     // The serial console: termproxy's greeting, then what is typed comes back.
@@ -444,8 +446,7 @@ async fn on_vsphere_the_display_is_asked_as_a_webmks_ticket_and_vcsim_says_it_ha
     let n = vsphere_fixtures(&env, &vc, vcsim::PASSWORD).await?;
     let vms: Api<banlieue_api::VirtualMachine> = Api::namespaced(env.client.clone(), &env.ns);
     env.apply(vm(&env, "web", &n, VCENTER, json!({}))).await?;
-    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
-    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    let operator = operator(&env).await?;
     wait_for(&vms, "web", 120, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
 
     let (code, _, err) = kubectl_vm_as(&env, &operator, &["vnc", "web"]).await?;
@@ -513,9 +514,8 @@ async fn on_libvirtd_the_browser_page_opens_the_serial_console_and_the_display_f
     let marker = format!("console-marker-{ns}");
     env.apply(secret(&env, "web-user-data", &[("user-data", &format!("#cloud-config\n#banlieue-marker: {marker}\n"))])).await?;
     env.apply(vm(&env, "web", &n, KVM, json!({"userData": {"name": "web-user-data", "key": "user-data"}}))).await?;
-    let reads = json!({"apiGroups": ["banlieue.io"], "resources": ["virtualmachines", "providers"], "verbs": ["get", "list"]});
-    let viewer = account(&env, "viewer", json!([reads])).await?;
-    let operator = account(&env, "operator", json!([reads, {"apiGroups": ["banlieue.io"], "resources": ["virtualmachines/console", "virtualmachines/vnc"], "verbs": ["get"]}])).await?;
+    let viewer = account(&env, "viewer", json!([reads()])).await?;
+    let operator = operator(&env).await?;
 
     // Where the Provider's consoles are served: the page is there too.
     let providers: Api<banlieue_api::Provider> = Api::namespaced(env.client.clone(), ns);
@@ -526,13 +526,7 @@ async fn on_libvirtd_the_browser_page_opens_the_serial_console_and_the_display_f
 
     // The guest boots first: its tap device is there before the browser loads anything.
     wait_for(&vms, "web", BOOT_SECS, "Ready and running", is_powered(PowerState::PoweredOn)).await?;
-    banlieue_tests::within(BOOT_SECS, async {
-        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("the guest did not boot: {}", lv.serial_log(&domain)))?;
+    lv.await_serial(&domain, "banlieue-guest: ready", BOOT_SECS).await?;
 
     // Without a token in the tab, the page asks for one.
     let browser = Browser::start().await?;

@@ -123,8 +123,7 @@ async fn boot_on_kvm(env: &TestEnv, lv: &banlieue_test_backends::libvirtd::Libvi
     wait_for(&vms, name, 180, "Ready", vm_ready).await?;
     let domain = format!("{ns}_{name}");
     let want = format!("banlieue-guest: marker={marker}");
-    banlieue_test_backends::libvirtd::wait_for("the guest's marker", std::time::Duration::from_secs(180), || Ok(lv.serial_log(&domain).contains(&want).then_some(())))
-        .await?;
+    lv.await_serial(&domain, &want, 180).await?;
     Ok(domain)
 }
 

@@ -534,13 +534,7 @@ async fn an_address_from_a_pool_follows_the_vm_to_each_backends_guest() -> anyho
     let on_kvm = ready_on(&vms, "nomad", KVM).await?;
     let domain = format!("{}_nomad", env.ns);
     assert_eq!(lv.uuid(&domain)?, machine_uid(&on_kvm));
-    banlieue_tests::within(BOOT_SECS, async {
-        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await
-    .with_context(|| format!("the guest did not finish booting: {}", lv.serial_log(&domain)))?;
+    lv.await_serial(&domain, "banlieue-guest: ready", BOOT_SECS).await?;
     assert!(lv.serial_log(&domain).contains("banlieue-guest: eth0 static address=192.168.123.6/24"), "{}", lv.serial_log(&domain));
     assert_eq!(claims.get("nomad-eth0-0").await?.uid(), claim_uid, "one claim for the VM's life, across both moves");
     assert_eq!(on_kvm.status.as_ref().map(|s| s.ip_address_claims.clone()), Some(vec!["nomad-eth0-0".to_string()]));

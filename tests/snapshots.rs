@@ -570,13 +570,7 @@ async fn on_libvirtd_a_revert_takes_back_what_the_guest_wrote_after_the_snapshot
 
     // The guest boots and writes its marker after the snapshot.
     patch_spec(&vms, "web", json!({"desiredPowerState": "PoweredOn"})).await?;
-    banlieue_tests::within(BOOT_SECS, async {
-        while !lv.serial_log(&domain).contains(&format!("banlieue-guest: disk-write={marker}")) {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("the guest did not write its marker: {}", lv.serial_log(&domain)))?;
+    lv.await_serial(&domain, &format!("banlieue-guest: disk-write={marker}"), BOOT_SECS).await?;
     assert!(written(lv)?, "the guest's write is on the volume");
 
     // Restore into a new VM (off): its disk is the snapshot's, without the guest's write.

@@ -165,12 +165,7 @@ async fn bench() -> anyhow::Result<()> {
     let n = libvirtd_fixtures(&env, lv).await?;
     env.apply(vm(&env, "web", &n, KVM, json!({}))).await?;
     wait_for(&vms, "web", 300, "running", is_powered(PowerState::PoweredOn)).await?;
-    banlieue_tests::within(300, async {
-        while !lv.serial_log(&domain).contains("banlieue-guest: ready") {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await?;
+    lv.await_serial(&domain, "banlieue-guest: ready", 300).await?;
     let (mut open_ours, mut open_virsh, mut rate_ours, mut rate_virsh) = (vec![], vec![], vec![], vec![]);
     for run in 0..runs {
         let (secs, mut s) = open(kubectl_vm(&env, &["console", "web"])).await?;

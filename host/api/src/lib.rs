@@ -3,6 +3,7 @@
 
 pub mod class;
 pub mod common;
+pub mod console;
 pub mod crdgen;
 pub mod infra;
 pub mod provider;

@@ -207,6 +207,10 @@ pub async fn run(args: RoleArgs, roles: Roles) -> anyhow::Result<()> {
     if !roles.imagebuilder && !roles.provider {
         options.image_cache = None;
     }
+    // Only the provider role serves consoles: another role's process holds no console port.
+    if !roles.provider {
+        options.consoles = None;
+    }
     let ctx = Context::new(client, options)?;
     banlieue_controller::run(ctx, roles, async {
         shutdown_signal().await;

@@ -293,7 +293,8 @@ impl Run<'_> {
                 let deadline = Instant::now() + self.opts.soft_off_timeout;
                 loop {
                     match self.set_power(r, PowerState::PoweredOff, mode).await {
-                        Err(e) if e.starts_with("unavailable") && Instant::now() < deadline => continue,
+                        // A driver that says so at once is asked again after a pause, not hammered.
+                        Err(e) if e.starts_with("unavailable") && Instant::now() < deadline => tokio::time::sleep(Duration::from_secs(1)).await,
                         Err(e) if e.starts_with("unavailable") => break Err(format!("not off within {:?} of asking: {e} (a guest without an ACPI handler or guest tools never is)", self.opts.soft_off_timeout)),
                         other => break other.and_then(|st| off(&st)),
                     }

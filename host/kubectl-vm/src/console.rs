@@ -23,8 +23,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::{Failure, Result, Target};
 
-/// Where console paths start on the console server.
-const PREFIX: &str = "/apis/subresources.banlieue.io/v1alpha1/namespaces/";
+use banlieue_api::console::{CLOSE_VM_SIDE, PATH_PREFIX as PREFIX};
 /// The byte that leaves a serial console: Ctrl-] (as telnet and `virsh console`).
 const ESCAPE: u8 = 0x1d;
 
@@ -140,11 +139,9 @@ pub async fn console(t: &Target, name: &str, timeout: Duration) -> Result<()> {
             Ended::Left => return Ok(()),
             // The VM's side closed (a restart, a stop), or the connection was lost: it is
             // opened again as soon as it can be.
-            Ended::Closed(why) if why.starts_with("the VM's console closed") || why.starts_with("the connection was lost") => {
-                note(&format!("console closed: {why}; opening it again (for up to {}s)", timeout.as_secs()))
-            }
+            Ended::Closed { why, reopen: true } => note(&format!("console closed: {why}; opening it again (for up to {}s)", timeout.as_secs())),
             // Deleted, moved, or the session's bounds reached: done.
-            Ended::Closed(why) => {
+            Ended::Closed { why, reopen: false } => {
                 note(&format!("console closed: {why}"));
                 return Ok(());
             }
@@ -166,7 +163,7 @@ async fn serial(socket: &mut Socket, keys: &mut Option<mpsc::Receiver<Vec<u8>>>)
                         None => (bytes, false),
                     };
                     if !bytes.is_empty() && socket.send(Message::binary(bytes)).await.is_err() {
-                        return Ended::Closed("the connection was lost".into());
+                        return Ended::lost("the connection was lost".into());
                     }
                     if leave {
                         let _ = socket.close(None).await;
@@ -185,10 +182,14 @@ async fn serial(socket: &mut Socket, keys: &mut Option<mpsc::Receiver<Vec<u8>>>)
                     let _ = out.write_all(s.as_bytes());
                     let _ = out.flush();
                 }
-                Some(Ok(Message::Close(frame))) => return Ended::Closed(frame.map(|f| f.reason.to_string()).filter(|r| !r.is_empty()).unwrap_or_else(|| "closed by the server".into())),
+                Some(Ok(Message::Close(frame))) => {
+                    let reopen = frame.as_ref().is_some_and(|f| u16::from(f.code) == CLOSE_VM_SIDE);
+                    let why = frame.map(|f| f.reason.to_string()).filter(|r| !r.is_empty()).unwrap_or_else(|| "closed by the server".into());
+                    return Ended::Closed { why, reopen };
+                }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return Ended::Closed(format!("the connection was lost: {e}")),
-                None => return Ended::Closed("the connection was lost".into()),
+                Some(Err(e)) => return Ended::lost(format!("the connection was lost: {e}")),
+                None => return Ended::lost("the connection was lost".into()),
             },
         }
     }
@@ -197,8 +198,15 @@ async fn serial(socket: &mut Socket, keys: &mut Option<mpsc::Receiver<Vec<u8>>>)
 enum Ended {
     /// The user left (Ctrl-]).
     Left,
-    /// The server closed it, saying why.
-    Closed(String),
+    /// The server closed it (or the connection was lost), saying why; whether it may be
+    /// opened again (the VM's side ended it, or the connection was lost).
+    Closed { why: String, reopen: bool },
+}
+
+impl Ended {
+    fn lost(why: String) -> Ended {
+        Ended::Closed { why, reopen: true }
+    }
 }
 
 /// Open the console again while the VM comes back (a restart), for up to `timeout`.

@@ -137,6 +137,14 @@ impl Libvirtd {
     }
 
     /// What the guest printed on its serial console so far (libvirt's log of it).
+    /// Wait (polling its serial log, bounded) until domain `domain` printed `text`; the log
+    /// in the error when it did not.
+    pub async fn await_serial(&self, domain: &str, text: &str, secs: u64) -> Result<()> {
+        wait_for(&format!("{domain} printing {text:?}"), Duration::from_secs(secs), || Ok(self.serial_log(domain).contains(text).then_some(())))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}; its serial log:\n{}", self.serial_log(domain)))
+    }
+
     pub fn serial_log(&self, domain: &str) -> String {
         std::fs::read(format!("/var/log/libvirt/qemu/{domain}.serial.log"))
             .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))

@@ -43,14 +43,12 @@ use crate::failure::Failure;
 use crate::status::reasons::Reason;
 use crate::Context;
 
-/// Where console paths start: the shape of an aggregated API's subresource, so that an
-/// `APIService` can route to this server unchanged.
-pub const PREFIX: &str = "/apis/subresources.banlieue.io/v1alpha1/namespaces/";
+pub use banlieue_api::console::PATH_PREFIX as PREFIX;
 /// The subprotocol prefix a browser passes its token in (a browser's websocket cannot set
 /// an `Authorization` header).
 const TOKEN_PROTOCOL: &str = "base64url.bearer.authorization.k8s.io.";
-/// Why a session ended from the VM's side: kubectl vm opens such a console again (it
-/// begins "the VM's console closed").
+/// Why a session ended from the VM's side (closed with `CLOSE_VM_SIDE`: kubectl vm opens
+/// such a console again).
 const VM_SIDE_CLOSED: &str = "the VM's console closed (the VM stopped or restarted, or its backend ended the session)";
 /// How long a client may take to send its request.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -333,14 +331,14 @@ where
                     idle_until = tokio::time::Instant::now() + limits.idle;
                     bytes_in += b.len() as u64;
                     if input.send(b.to_vec()).await.is_err() {
-                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Away);
+                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Library(banlieue_api::console::CLOSE_VM_SIDE));
                     }
                 }
                 Some(Ok(Message::Text(t))) => {
                     idle_until = tokio::time::Instant::now() + limits.idle;
                     bytes_in += t.len() as u64;
                     if input.send(t.as_bytes().to_vec()).await.is_err() {
-                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Away);
+                        break (VM_SIDE_CLOSED.to_string(), CloseCode::Library(banlieue_api::console::CLOSE_VM_SIDE));
                     }
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break ("the user left".to_string(), CloseCode::Normal),
@@ -354,7 +352,7 @@ where
                         break ("the user left".to_string(), CloseCode::Normal);
                     }
                 }
-                None => break (VM_SIDE_CLOSED.to_string(), CloseCode::Away),
+                None => break (VM_SIDE_CLOSED.to_string(), CloseCode::Library(banlieue_api::console::CLOSE_VM_SIDE)),
             },
             _ = tokio::time::sleep_until(idle_until) => break (format!("idle for {}s (--console-idle-timeout)", limits.idle.as_secs()), CloseCode::Policy),
             _ = tokio::time::sleep_until(deadline) => break (format!("open for {}s, the most allowed (--console-max-duration)", limits.max_duration.as_secs()), CloseCode::Policy),
