@@ -48,6 +48,7 @@ bench:
 	cargo bench -p banlieue-apiserver --bench apiserver
 	guests/build.sh && cargo bench -p banlieue-runtime --bench runtime
 	cargo bench -p banlieue-tests --bench control_loop
+	cargo bench -p banlieue-tests --bench observability
 	cargo bench -p banlieue-tests --bench real_cluster
 	cargo bench -p banlieue-tests --bench sharding
 	cargo bench -p banlieue-tests --bench providers

@@ -11,8 +11,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # daemon's drivers for tests; never libvirt-daemon-system), the OCI registry,
 # govmomi's vSphere simulator source (built into vcsim below), buildah for the image,
 # mtools to read NoCloud seeds back in tests, chromium (headless) for the browser console
-# page's tests.
-apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah mtools chromium)
+# page's tests, prometheus (with promtool) for the metrics, dashboard and alert tests.
+apt_pkgs=(build-essential pkg-config libvirt-dev libvirt-clients libvirt-daemon docker-registry golang-github-vmware-govmomi-dev buildah mtools chromium prometheus)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@ pub mod control;
 pub mod faults;
 pub mod files;
 pub mod ipam;
+pub mod otlp;
 
 /// banlieue's own namespace (Leases).
 pub const SYSTEM_NAMESPACE: &str = banlieue_controller::SYSTEM_NAMESPACE;

@@ -220,6 +220,37 @@ pub struct ProviderStatus {
     /// driver opens consoles (`console`, `vnc` in `driverFeatures`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub console: Option<ConsoleEndpoint>,
+    /// The driver operations banlieue called for this Provider lately, and how many failed:
+    /// the backend's recent health, without a Prometheus (written with each probe by the
+    /// replica that calls its driver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operations: Option<RecentOperations>,
+}
+
+/// The driver operations of the last `windowSeconds`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentOperations {
+    pub window_seconds: i64,
+    /// Operations called (probes, creates, describes, …).
+    pub calls: i64,
+    /// Those that failed (a machine already gone is not a failure).
+    pub errors: i64,
+    /// The last that failed, whenever it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<OperationError>,
+}
+
+/// A driver operation that failed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationError {
+    /// The driver export (`create`, `probe`, …).
+    pub operation: String,
+    /// The error's name (`unavailable`, `denied`, `invalid-spec`, …).
+    pub reason: String,
+    pub message: String,
+    pub time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// banlieue's console server, as a client reaches it.

@@ -405,6 +405,9 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// When the VM was first Ready (its apply → Ready time is this minus its creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_ready_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -88,11 +88,15 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The authors' tools print their reports; the components' own log lines only when asked (RUST_LOG).
     let quiet = matches!(cli.command, Command::Provider(ProviderCommand { tool: Some(_), .. }) | Command::Placement(_));
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| if quiet { "warn".into() } else { "info,kube=warn,hyper=warn".into() }),
-        )
-        .with_writer(std::io::stderr)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| if quiet { "warn".into() } else { "info,kube=warn,hyper=warn".into() });
+    // Traces only when OTEL_EXPORTER_OTLP_ENDPOINT asks for them; every span, whatever the log level.
+    let traces = banlieue_controller::ops::traces::layer("banlieue")?.map(|l| l.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
+        .with(traces)
         .init();
     match cli.command {
         Command::Dev(args) => dev::run(args).await,

@@ -123,6 +123,38 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "banlieue".into())
 }
 
+/// The gauges of this process's own state, read at each scrape: each Provider's throttle,
+/// the shards held, and the backend sessions' logins and reuses.
+fn process_gauges(
+    throttles: Arc<throttle::Throttles>,
+    shards: Option<Arc<shards::Shards>>,
+    sessions: Arc<banlieue_runtime::capability::session::SessionStore>,
+) -> crate::ops::metrics::fleet::Source {
+    use crate::ops::metrics::{fleet, provider_labels};
+    Box::new(move |s| {
+        for (provider, queued, in_flight) in throttles.usage() {
+            s.add(fleet::THROTTLE_QUEUED, provider_labels(&provider), queued as f64);
+            s.add(fleet::THROTTLE_IN_FLIGHT, provider_labels(&provider), in_flight as f64);
+        }
+        if let Some(shards) = &shards {
+            let group = || ("group", shards.group().to_string());
+            s.add(fleet::SHARDS, vec![group()], f64::from(shards.count()));
+            for shard in shards.held() {
+                s.add(fleet::SHARD_HELD, vec![group(), ("shard", shard.to_string())], 1.0);
+            }
+            let (gained, lost) = shards.handovers();
+            s.add(fleet::SHARD_HANDOVERS, vec![group(), ("direction", "gained".into())], gained as f64);
+            s.add(fleet::SHARD_HANDOVERS, vec![group(), ("direction", "lost".into())], lost as f64);
+        }
+        for (scope, uses) in sessions.uses() {
+            // A scope is the Provider's `namespace/name/uid`.
+            let provider = scope.rsplit_once('/').map_or(scope.as_str(), |(p, _)| p);
+            s.add(fleet::LOGINS, provider_labels(provider), uses.logins as f64);
+            s.add(fleet::SESSION_REUSES, provider_labels(provider), uses.reuses as f64);
+        }
+    })
+}
+
 /// Address and token of the Vault server holding Provider credentials.
 #[derive(Clone)]
 pub struct VaultAccess {
@@ -170,7 +202,9 @@ pub struct Context {
     /// [`crate::controllers::in_use::RECHECK`].
     pub(crate) in_use_reported: Mutex<HashMap<String, Instant>>,
     /// Per Provider, the operations banlieue may send its backend at once (`spec.limits`).
-    pub throttles: throttle::Throttles,
+    pub throttles: Arc<throttle::Throttles>,
+    /// Per Provider, the driver operations of the last minutes (`status.operations`).
+    pub recent: crate::ops::recent::Recent,
     /// The shards this replica acts on, when the work is sharded.
     pub shards: Option<Arc<shards::Shards>>,
     /// The UID of the cluster's `kube-system` Namespace, read once: what names the cluster in
@@ -206,6 +240,10 @@ impl Context {
             Some(c) => Some(crate::console::ConsoleServer::bind(c).map_err(|e| anyhow::anyhow!("the console server on {}: {e}", c.listen))?),
             None => None,
         };
+        let metrics = Arc::new(Metrics::default());
+        let throttles = Arc::new(throttle::Throttles::default());
+        let sessions = banlieue_runtime::capability::session::SessionStore::new();
+        metrics.fleet.add(process_gauges(throttles.clone(), shards.clone(), sessions.clone()));
         Ok(Arc::new(Context {
             images,
             handouts,
@@ -213,16 +251,17 @@ impl Context {
             client,
             components,
             libvirt: banlieue_libvirt::Connections::new(),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             readiness: Arc::default(),
             options,
             grants: Mutex::default(),
             vault: Mutex::default(),
-            sessions: banlieue_runtime::capability::session::SessionStore::new(),
+            sessions,
             created: Mutex::default(),
             machine_caches: Arc::default(),
             in_use_reported: Mutex::default(),
-            throttles: throttle::Throttles::default(),
+            throttles,
+            recent: Default::default(),
             shards,
             cluster_id: tokio::sync::OnceCell::new(),
             adopting: Mutex::default(),
@@ -301,17 +340,36 @@ impl Context {
         }
     }
 
-    /// Time a component call and count its outcome.
+    /// Time a component call and count its outcome, in a span of its own.
     pub async fn call<T>(&self, component: &str, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        use tracing::Instrument;
         let start = Instant::now();
+        let _instance = self.metrics.instance(component);
+        let span = tracing::info_span!("component call", otel.name = %format!("{component} {function}"), component, function, outcome = tracing::field::Empty);
         tracing::debug!(component, function, "component call");
-        let result = fut.await;
+        let result = fut.instrument(span.clone()).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => crate::failure::Cause::reason(e).as_str(),
         };
+        span.record("outcome", outcome);
         tracing::debug!(component, function, outcome, elapsed = ?start.elapsed(), "component call returned");
         self.metrics.component_call(component, function, start.elapsed(), outcome);
+        result
+    }
+
+    /// [`Context::call`] of a driver export for `backend`'s Provider, counted for it too: its
+    /// operations in the metrics and in its `status.operations`.
+    pub async fn drive<T>(&self, backend: &crate::sandbox::grants::Backend, operation: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        let start = Instant::now();
+        let result = self.call(&backend.class, operation, fut).await;
+        let provider = &backend.config.provider;
+        let (outcome, message) = match &result {
+            Ok(_) => ("ok".to_string(), None),
+            Err(e) => (crate::ops::metrics::outcome_label(crate::failure::Cause::reason(e).as_str()), Some(e.to_string())),
+        };
+        self.metrics.provider_operation(provider, &backend.class, operation, start.elapsed(), &outcome);
+        self.recent.record(provider, operation, &outcome, message.as_deref());
         result
     }
 }

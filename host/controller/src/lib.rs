@@ -24,7 +24,7 @@ mod failure;
 #[cfg(test)]
 mod fixtures;
 mod framework;
-mod ops;
+pub mod ops;
 mod placement;
 mod run;
 mod sandbox;

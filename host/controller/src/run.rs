@@ -50,9 +50,11 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
         }
     };
     if let Some(addr) = ctx.options.metrics_addr {
+        // Bound before anything runs: a port in use stops the process, said so.
+        let listener = metrics::bind(addr).await?;
         let (metrics, readiness) = (ctx.metrics.clone(), ctx.readiness.clone());
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, metrics, readiness).await {
+            if let Err(e) = metrics::serve(listener, metrics, readiness).await {
                 tracing::error!(error = %e, "metrics endpoint");
             }
         });
@@ -89,6 +91,7 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
             (false, false) => None,
         };
         if let Some(group) = group {
+            shards.split_in(group);
             // Another installation's replicas split their own shards, under other Lease names.
             let group = ctx.options.installation.lease(group);
             let (shards, client, identity) = (shards.clone(), ctx.client.clone(), ctx.options.identity.clone());
@@ -106,12 +109,14 @@ pub async fn run(ctx: Arc<Context>, roles: Roles, shutdown: impl Future<Output =
         tokio::spawn(check_permissions(ctx.clone(), role, stopped()));
         let ctx = ctx.clone();
         let stopped = stopped.clone();
+        ctx.metrics.role_active(role.name(), false);
         tasks.spawn(async move {
             let mut leadership = None;
             // A sharded role needs no leader: each replica acts only on the shards it holds.
             if ctx.options.leader_election && !sharded {
                 leadership = Some(leader::acquire(ctx.client.clone(), SYSTEM_NAMESPACE, &ctx.options.installation.lease(&role.lease()), &ctx.options.identity).await);
             }
+            ctx.metrics.role_active(role.name(), true);
             let lost = async {
                 match &mut leadership {
                     Some(l) => l.lost().await,

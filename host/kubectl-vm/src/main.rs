@@ -605,6 +605,14 @@ async fn status(t: &Target, name: &str) -> Result<()> {
     println!("Power:      {} (wanted {:?})", power(&vm).unwrap_or("-"), vm.spec.desired_power_state);
     if let Some(sch) = &s.scheduled {
         println!("Placement:  {}/{} ({})", sch.provider, sch.failure_domain, sch.provider_class);
+        // The backend's recent health, as its Provider's status says (no Prometheus needed).
+        if let Some(p) = Api::<banlieue_api::Provider>::namespaced(t.client.clone(), &vm.namespace().unwrap_or_default()).get_opt(&sch.provider).await? {
+            println!("Provider:   {}", output::provider_health(&p));
+        }
+    }
+    if let Some(first) = &s.first_ready_time {
+        let took = first.0.duration_since(vm.metadata.creation_timestamp.clone().map(|c| c.0).unwrap_or(first.0));
+        println!("Ready:      first {} ago, {}s after it was created", output::age(Some(first)), took.as_secs());
     }
     if !s.addresses.is_empty() {
         println!("Addresses:  {}", s.addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>().join(", "));
@@ -620,8 +628,8 @@ async fn status(t: &Target, name: &str) -> Result<()> {
         }
     }
     println!();
-    let rows = s.conditions.iter().map(|c| vec![c.type_.clone(), t.paint.status(&c.status), c.reason.clone(), c.message.clone()]);
-    print!("{}", output::table(&["CONDITION", "STATUS", "REASON", "MESSAGE"], rows));
+    let rows = s.conditions.iter().map(|c| vec![c.type_.clone(), t.paint.status(&c.status), output::age(Some(&c.last_transition_time)), c.reason.clone(), c.message.clone()]);
+    print!("{}", output::table(&["CONDITION", "STATUS", "SINCE", "REASON", "MESSAGE"], rows));
     let events: Api<Event> = Api::namespaced(t.client.clone(), &t.namespace);
     let mut recent: Vec<Event> = events
         .list(&ListParams::default().fields(&format!("involvedObject.name={name},involvedObject.kind=VirtualMachine")))
@@ -657,18 +665,21 @@ async fn pools(t: &Target) -> Result<()> {
         print!("{text}");
         return Ok(());
     }
-    let mut header = vec!["NAME", "DESIRED", "CURRENT", "READY", "UPDATED", "AGE"];
+    let mut header = vec!["NAME", "DESIRED", "CURRENT", "READY", "UPDATED", "CHANGED", "AGE"];
     if t.all {
         header.insert(0, "NAMESPACE");
     }
     let rows = pools.iter().map(|p| {
         let s = p.status.clone().unwrap_or_default();
+        // When the pool's state last changed: its conditions' latest transition.
+        let changed = s.conditions.iter().map(|c| &c.last_transition_time).max_by_key(|t| t.0);
         let mut row = vec![
             p.name_any(),
             p.spec.replicas.to_string(),
             s.replicas.to_string(),
             s.ready_replicas.to_string(),
             s.updated_replicas.to_string(),
+            changed.map(|t| format!("{} ago", output::age(Some(t)))).unwrap_or_else(|| "-".into()),
             output::age(p.metadata.creation_timestamp.as_ref()),
         ];
         if t.all {
@@ -677,6 +688,24 @@ async fn pools(t: &Target) -> Result<()> {
         row
     });
     print!("{}", output::table(&header, rows));
+    // The Providers the pools' VMs run on, with their recent health.
+    let vms: Api<VirtualMachine> = if t.all { Api::all(t.client.clone()) } else { t.vms() };
+    let mut providers = std::collections::BTreeSet::new();
+    for vm in vms.list(&ListParams::default().labels("banlieue.io/pool")).await?.items {
+        if let Some(sch) = vm.status.as_ref().and_then(|s| s.scheduled.as_ref()) {
+            providers.insert((vm.namespace().unwrap_or_default(), sch.provider.clone()));
+        }
+    }
+    if !providers.is_empty() {
+        println!();
+        let mut rows = Vec::new();
+        for (ns, name) in providers {
+            if let Some(p) = Api::<banlieue_api::Provider>::namespaced(t.client.clone(), &ns).get_opt(&name).await? {
+                rows.push(vec![format!("{ns}/{name}"), output::provider_health(&p)]);
+            }
+        }
+        print!("{}", output::table(&["PROVIDER", "HEALTH"], rows.into_iter()));
+    }
     Ok(())
 }
 

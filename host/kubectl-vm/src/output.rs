@@ -63,6 +63,23 @@ fn strip_ansi(s: &str) -> String {
 }
 
 /// `5s`, `3m`, `2h`, `4d`, as kubectl shows ages.
+/// A Provider's recent health, from its status: `Ready, 3 of 120 operations failed in the last
+/// 10m (last: create unavailable 2m ago: …)`.
+pub fn provider_health(p: &banlieue_api::Provider) -> String {
+    let status = p.status.clone().unwrap_or_default();
+    let ready = match status.conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(c) if c.status == "True" => format!("Ready for {}", age(Some(&c.last_transition_time))),
+        Some(c) => format!("not Ready for {} ({})", age(Some(&c.last_transition_time)), c.reason),
+        None => "not probed yet".to_string(),
+    };
+    let Some(ops) = status.operations else { return format!("{ready}, no operations yet") };
+    let mut out = format!("{ready}, {} of {} operations failed in the last {}m", ops.errors, ops.calls, ops.window_seconds / 60);
+    if let Some(e) = ops.last_error {
+        out.push_str(&format!(" (last: {} {} {} ago: {})", e.operation, e.reason, age(Some(&e.time)), e.message));
+    }
+    out
+}
+
 pub fn age(t: Option<&Time>) -> String {
     let Some(t) = t else { return "<unknown>".into() };
     let secs = k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs().max(0);

@@ -176,7 +176,10 @@ impl Libvirt {
             .await
             .map_err(|e| LibvirtError::Internal(format!("libvirt {op} failed: {e}")))?
         };
-        tokio::time::timeout(timeout, work).await.map_err(|_| {
+        // One span per libvirt call: a trace of a driver call shows each one it made.
+        use tracing::Instrument;
+        let span = tracing::info_span!("libvirt", otel.name = %format!("libvirt {op}"), otel.kind = "client", libvirt.operation = op, libvirt.uri = %self.inner.uri);
+        tokio::time::timeout(timeout, work).instrument(span).await.map_err(|_| {
             LibvirtError::Unavailable(format!(
                 "libvirt {op} on {} did not finish within {timeout:?}",
                 self.inner.uri

@@ -8,6 +8,7 @@ pub mod fakepve;
 pub mod fault_proxy;
 pub mod libvirtd;
 pub mod openbao;
+pub mod prometheus;
 pub mod registry;
 pub mod vcsim;
 

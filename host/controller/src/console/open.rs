@@ -54,7 +54,7 @@ pub async fn open(ctx: &Context, namespace: &str, name: &str, console: Console) 
     let unsupported = |e: CallError| Failure::from(e).context(format_args!("Provider {} (class {})", on.provider, backend.class));
     backend.driver.component.offers(Feature::of_console(kind), backend.driver.limits, backend.grants.clone()).await.map_err(unsupported)?;
     let access = ctx
-        .call(&backend.class, "console", backend.driver.component.console(&backend.config, &on.machine_ref(), kind, backend.driver.limits, backend.grants.clone()))
+        .drive(&backend, "console", backend.driver.component.console(&backend.config, &on.machine_ref(), kind, backend.driver.limits, backend.grants.clone()))
         .await
         .map_err(|e| Failure::from(e).context(format_args!("finding the {} of {object} on Provider {}", what(console), on.provider)))?;
     let stream = capability::open(&access, kind, &backend.grants)

@@ -54,6 +54,8 @@ where
     /// With sharding on, the key whose shard an object belongs to (see [`crate::framework::shards`]);
     /// `None`: a controller of a role that is not sharded.
     shard_key: Option<fn(&K) -> String>,
+    /// The trace an object's reconciles continue, when it names one (see [`crate::ops::traces`]).
+    continues: Option<fn(&K) -> Option<String>>,
 }
 
 impl<K> Frame<K>
@@ -63,13 +65,19 @@ where
 {
     /// A frame over the controller's cache (`Controller::store()`).
     pub fn new(ctx: Arc<Context>, name: &'static str, cache: Store<K>, dyntype: K::DynamicType) -> Self {
-        Frame { ctx, name, cache, dyntype, backoff: Mutex::default(), shard_key: None }
+        Frame { ctx, name, cache, dyntype, backoff: Mutex::default(), shard_key: None, continues: None }
     }
 
     /// Reconcile only the objects of the shards this replica holds, when sharding is on;
     /// an object's shard is that of `key` (its Provider's `namespace/name`, or its own).
     pub fn sharded_by(mut self, key: fn(&K) -> String) -> Self {
         self.shard_key = Some(key);
+        self
+    }
+
+    /// Reconcile an object in the trace `parent` names (a `traceparent`), when it names one.
+    pub fn continues_trace(mut self, parent: fn(&K) -> Option<String>) -> Self {
+        self.continues = Some(parent);
         self
     }
 
@@ -86,16 +94,32 @@ where
         }
         let start = Instant::now();
         tracing::debug!(controller = self.name, object = %crate::key(obj), "reconcile");
-        let result = match guard.as_mut() {
-            None => work.await,
-            Some(guard) => tokio::select! {
-                result = work => result,
-                _ = guard.lost() => {
-                    tracing::info!(controller = self.name, object = %crate::key(obj), "shard lost: reconcile cancelled, left to the shard's next holder");
-                    Ok(Outcome::AwaitChange)
-                }
-            },
+        // One span per reconcile; the driver calls and backend requests it makes are its children.
+        let meta = obj.meta();
+        let span = tracing::info_span!(
+            "reconcile",
+            otel.name = %format!("reconcile {}", self.name),
+            controller = self.name,
+            k8s.namespace.name = meta.namespace.as_deref().unwrap_or_default(),
+            k8s.object.name = meta.name.as_deref().unwrap_or_default(),
+            k8s.object.uid = meta.uid.as_deref().unwrap_or_default(),
+        );
+        if let Some(parent) = self.continues.and_then(|f| f(obj)) {
+            crate::ops::traces::continue_trace(&span, &parent);
+        }
+        let run = async {
+            match guard.as_mut() {
+                None => work.await,
+                Some(guard) => tokio::select! {
+                    result = work => result,
+                    _ = guard.lost() => {
+                        tracing::info!(controller = self.name, object = %crate::key(obj), "shard lost: reconcile cancelled, left to the shard's next holder");
+                        Ok(Outcome::AwaitChange)
+                    }
+                },
+            }
         };
+        let result = tracing::Instrument::instrument(run, span).await;
         tracing::debug!(controller = self.name, object = %crate::key(obj), outcome = ?result.as_ref().map_err(|e| e.to_string()), "reconciled");
         self.ctx.metrics.reconciled(self.name, start.elapsed(), result.as_ref().err().map(|_| "Error"));
         let key = ObjectRef::from_obj_with(obj, self.dyntype.clone());
@@ -290,6 +314,31 @@ pub fn hash_meta(meta: &kube::api::ObjectMeta, finalizers: bool, h: &mut impl Ha
         meta.finalizers.hash(h);
     }
     meta.deletion_timestamp.is_some().hash(h);
+}
+
+/// A filter of the Provider events of a watch keeping `providers`: those its controller acts
+/// on, which is any change but one to `status.operations` alone — that changes with every
+/// probe (see [`crate::ops::recent`]) and concerns no reconcile. A Provider gone from the
+/// cache (deleted) always passes: kube's `predicate_filter` would take its last event for
+/// the copy it saw before.
+pub fn provider_news(
+    providers: Store<banlieue_api::Provider>,
+) -> impl FnMut(&Result<banlieue_api::Provider, kube::runtime::watcher::Error>) -> std::future::Ready<bool> + Send {
+    let mut seen: HashMap<ObjectRef<banlieue_api::Provider>, u64> = HashMap::new();
+    move |event| {
+        let Ok(p) = event else { return std::future::ready(true) };
+        let key = ObjectRef::from_obj(p);
+        if providers.get(&key).is_none() {
+            seen.remove(&key);
+            return std::future::ready(true);
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        hash_meta(&p.metadata, true, &mut h);
+        p.metadata.generation.hash(&mut h);
+        let status = p.status.clone().map(|s| banlieue_api::provider::ProviderStatus { operations: None, ..s });
+        serde_json::to_string(&status).unwrap_or_default().hash(&mut h);
+        std::future::ready(seen.insert(key, h.finish()) != Some(h.finish()))
+    }
 }
 
 /// [`acted_on`] for `<Kind>Machine`s and `<Kind>Cluster`s: the spec itself instead of its

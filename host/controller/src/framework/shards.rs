@@ -56,6 +56,11 @@ pub struct Shards {
     /// Counts shards gained, so a shard lost and then taken back is a gain however close
     /// together the two happen (a watch of `held` alone would see no change).
     gains: watch::Sender<u64>,
+    /// Counts shards lost (given up or taken by another replica), for the metrics.
+    losses: std::sync::atomic::AtomicU64,
+    /// The replicas splitting these shards (`controller`, `provider` or
+    /// `controller-provider`): each group numbers its shards from 0, so the metrics say which.
+    group: std::sync::OnceLock<&'static str>,
     /// Reconciles running per shard; a shard is released only when none is.
     in_flight: Mutex<HashMap<u32, usize>>,
     settled: Notify,
@@ -103,7 +108,22 @@ pub fn assigned(count: u32, members: usize, index: usize) -> impl Iterator<Item 
 
 impl Shards {
     pub fn new(count: u32) -> Arc<Shards> {
-        Arc::new(Shards { count: count.max(1), held: watch::Sender::new(BTreeSet::new()), gains: watch::Sender::new(0), in_flight: Mutex::default(), settled: Notify::new() })
+        Arc::new(Shards { count: count.max(1), held: watch::Sender::new(BTreeSet::new()), gains: watch::Sender::new(0), losses: Default::default(), group: Default::default(), in_flight: Mutex::default(), settled: Notify::new() })
+    }
+
+    /// Name the group these shards are split in (set once, when the split starts).
+    pub fn split_in(&self, group: &'static str) {
+        let _ = self.group.set(group);
+    }
+
+    /// The group these shards are split in (`""` before the split starts).
+    pub fn group(&self) -> &'static str {
+        self.group.get().copied().unwrap_or_default()
+    }
+
+    /// Shards gained and lost since the process started (the metrics' handovers).
+    pub fn handovers(&self) -> (u64, u64) {
+        (*self.gains.borrow(), self.losses.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     pub fn count(&self) -> u32 {
@@ -160,7 +180,9 @@ impl Shards {
     /// Stop acting on `shard`: no new reconcile starts, those running are cancelled.
     fn stop(&self, shard: u32) {
         let _in_flight = self.lock();
-        self.held.send_if_modified(|h| h.remove(&shard));
+        if self.held.send_if_modified(|h| h.remove(&shard)) {
+            self.losses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Wait (bounded) until no reconcile runs on `shard`.

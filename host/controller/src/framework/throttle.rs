@@ -55,6 +55,13 @@ impl Throttles {
         Some(Share { count })
     }
 
+    /// Per Provider whose backend this process has reached: the operations waiting (queued)
+    /// and under way (in flight) now.
+    pub fn usage(&self) -> Vec<(String, usize, usize)> {
+        let map = self.by_provider.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(p, t)| (p.clone(), t.queued(), t.in_flight.load(Ordering::Relaxed))).collect()
+    }
+
     /// The throttle of `provider`, made anew when its limits changed.
     pub fn of(&self, provider: &str, limits: Option<&ProviderLimits>) -> Arc<Throttle> {
         let (concurrent, per_second) = ProviderLimits::effective(limits);
@@ -95,6 +102,10 @@ pub fn recheck_after() -> Duration {
     Duration::from_millis(500 + rand::random_range(0..500))
 }
 
+/// A queued object that has not come back within this long has stopped waiting (it was
+/// deleted, or its work went elsewhere); queued objects come back every second or so.
+const STILL_WAITING: Duration = Duration::from_secs(5);
+
 /// One Provider's slots and token bucket.
 pub struct Throttle {
     concurrent: u32,
@@ -103,6 +114,47 @@ pub struct Throttle {
     bucket: Mutex<Bucket>,
     in_flight: AtomicUsize,
     peak: AtomicUsize,
+    /// The objects whose operation is queued: since when, and when last turned away.
+    waiting: Mutex<HashMap<String, (Instant, Instant)>>,
+}
+
+/// One object's way through its Provider's [`Throttle`], counting its waits in the metrics.
+#[derive(Clone)]
+pub struct Gate {
+    pub throttle: Arc<Throttle>,
+    /// The object (`namespace/name`) whose operations go through.
+    object: String,
+    provider: String,
+    metrics: Arc<crate::ops::metrics::Metrics>,
+}
+
+impl Gate {
+    pub fn new(throttle: Arc<Throttle>, provider: &str, object: &str, metrics: Arc<crate::ops::metrics::Metrics>) -> Gate {
+        Gate { throttle, object: object.to_string(), provider: provider.to_string(), metrics }
+    }
+
+    /// Start an operation now, or say why not (see [`Throttle::start`]).
+    pub fn start(&self) -> Result<Operation, Queued> {
+        let started = self.throttle.start();
+        let now = Instant::now();
+        let mut waiting = self.throttle.waiting();
+        waiting.retain(|_, (_, seen)| now.duration_since(*seen) < STILL_WAITING * 12);
+        match &started {
+            Ok(_) => {
+                if let Some((since, _)) = waiting.remove(&self.object) {
+                    self.metrics.throttle_waited(&self.provider, now.duration_since(since));
+                }
+            }
+            Err(q) => {
+                waiting.entry(self.object.clone()).or_insert((now, now)).1 = now;
+                self.metrics.throttle_wait(&self.provider, match q {
+                    Queued::Slots(_) => "slots",
+                    Queued::Rate(_) => "rate",
+                });
+            }
+        }
+        started
+    }
 }
 
 struct Bucket {
@@ -131,7 +183,18 @@ impl Throttle {
             bucket: Mutex::new(Bucket { tokens: f64::from(per_second), at: Instant::now() }),
             in_flight: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            waiting: Mutex::default(),
         }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Instant)>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The objects waiting now.
+    fn queued(&self) -> usize {
+        let now = Instant::now();
+        self.waiting().values().filter(|(_, seen)| now.duration_since(*seen) < STILL_WAITING).count()
     }
 
     /// Start an operation now, or say why not.
@@ -191,6 +254,23 @@ mod tests {
         let started: Vec<_> = (0..5).map(|_| t.start().expect("within the burst")).collect();
         assert_eq!(t.start().err(), Some(Queued::Rate(5)), "the sixth waits for the rate");
         drop(started);
+    }
+
+    #[test]
+    fn a_gate_counts_who_waits_and_for_how_long() {
+        let throttles = Throttles::default();
+        let t = throttles.of("ns/p", Some(&ProviderLimits { max_concurrent_operations: Some(1), operations_per_second: Some(1000) }));
+        let metrics = Arc::new(crate::ops::metrics::Metrics::default());
+        let (a, b) = (Gate::new(t.clone(), "ns/p", "ns/a", metrics.clone()), Gate::new(t.clone(), "ns/p", "ns/b", metrics.clone()));
+        let held = a.start().expect("a slot");
+        assert!(b.start().is_err() && b.start().is_err(), "b waits");
+        assert_eq!(throttles.usage(), vec![("ns/p".to_string(), 1, 1)], "one object queued however often it asks, one in flight");
+        drop(held);
+        let _op = b.start().expect("b's turn");
+        assert_eq!(throttles.usage(), vec![("ns/p".to_string(), 0, 1)]);
+        let text = metrics.render();
+        assert!(text.contains(r#"banlieue_throttle_waits_total{namespace="ns",provider="p",why="slots"} 2"#), "{text}");
+        assert!(text.contains(r#"banlieue_throttle_wait_seconds_count{namespace="ns",provider="p"} 1"#), "{text}");
     }
 
     #[test]

@@ -209,8 +209,30 @@ impl HttpGrant {
         b.build().map_err(|e| WitError::Internal(format!("HTTP client: {e}")))
     }
 
-    /// Send a request the guest asked for, within the grant's limits.
+    /// Send a request the guest asked for, within the grant's limits, in a span of its own
+    /// (method, and the URL without its query, which may carry a ticket).
     pub async fn send(&self, req: Request) -> Result<Response, WitError> {
+        use tracing::Instrument;
+        let shown = url::Url::parse(&req.url).map(|mut u| {
+            u.set_query(None);
+            u.to_string()
+        });
+        let span = tracing::info_span!(
+            "HTTP request",
+            otel.name = %req.method.to_uppercase(),
+            otel.kind = "client",
+            http.request.method = %req.method.to_uppercase(),
+            url.full = shown.as_deref().unwrap_or("(invalid)"),
+            http.response.status_code = tracing::field::Empty,
+        );
+        let result = self.send_checked(req).instrument(span.clone()).await;
+        if let Ok(resp) = &result {
+            span.record("http.response.status_code", resp.status);
+        }
+        result
+    }
+
+    async fn send_checked(&self, req: Request) -> Result<Response, WitError> {
         let (url, addr) = self.check(&req.url).await?;
         let method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|_| WitError::InvalidSpec(format!("invalid HTTP method {:?}", req.method)))?;

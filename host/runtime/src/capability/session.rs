@@ -35,6 +35,16 @@ struct Entry {
 #[derive(Default)]
 pub struct SessionStore {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Per scope, the sessions stored (logins) and the calls that found one (reuses), for
+    /// the metrics; kept when a scope's session is dropped, so they only grow.
+    uses: Mutex<HashMap<String, SessionUses>>,
+}
+
+/// How one scope's session was used since the process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionUses {
+    pub logins: u64,
+    pub reuses: u64,
 }
 
 impl std::fmt::Debug for SessionStore {
@@ -72,8 +82,25 @@ impl SessionStore {
         self.lock().remove(scope);
     }
 
+    /// Every scope's logins and reuses so far.
+    pub fn uses(&self) -> Vec<(String, SessionUses)> {
+        self.uses_lock().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    fn count(&self, scope: &str, f: impl FnOnce(&mut SessionUses)) {
+        let mut uses = self.uses_lock();
+        // Bounded as the sessions are: past that, new scopes go uncounted.
+        if uses.len() < MAX_SCOPES || uses.contains_key(scope) {
+            f(uses.entry(scope.to_string()).or_default());
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn uses_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionUses>> {
+        self.uses.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -93,16 +120,22 @@ impl std::fmt::Debug for SessionGrant {
 impl SessionGrant {
     /// The stored token of this scope, unless it has expired.
     pub fn get(&self) -> Option<String> {
-        let mut entries = self.store.lock();
-        let entry = entries.get_mut(&self.scope)?;
-        match &entry.token {
-            Some((token, expires)) if Instant::now() < *expires => Some(token.clone()),
-            Some(_) => {
-                entry.token = None;
-                None
+        let token = {
+            let mut entries = self.store.lock();
+            let entry = entries.get_mut(&self.scope)?;
+            match &entry.token {
+                Some((token, expires)) if Instant::now() < *expires => Some(token.clone()),
+                Some(_) => {
+                    entry.token = None;
+                    None
+                }
+                None => None,
             }
-            None => None,
+        };
+        if token.is_some() {
+            self.store.count(&self.scope, |u| u.reuses += 1);
         }
+        token
     }
 
     /// Store a token for this scope for at most `ttl` (capped at [`MAX_TTL`]).
@@ -119,6 +152,8 @@ impl SessionGrant {
             }
         }
         entries.entry(self.scope.clone()).or_default().token = Some((token, Instant::now() + ttl.min(MAX_TTL)));
+        drop(entries);
+        self.store.count(&self.scope, |u| u.logins += 1);
         Ok(())
     }
 

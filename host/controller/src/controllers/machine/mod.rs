@@ -81,7 +81,7 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
     tracing::info!(kind = %resource.kind, "reconciling machines");
     let (controller, store, frame) = dynamic_controller(&ctx, "machine", &resource, None);
     // Everything that talks to one backend runs in the replica holding its Provider's shard.
-    let frame = frame.sharded_by(shard_key);
+    let frame = frame.sharded_by(shard_key).continues_trace(creation_trace);
     let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(ctx.client.clone()), ctx.scope());
     let provider_changes = provider_changes.filter(wakes_machines(providers.clone()));
@@ -112,6 +112,15 @@ async fn reconcile_kind(ctx: Arc<Context>, prefix: String, stop: impl Future<Out
         .run(reconcile, |m, err, kind| kind.frame.error_policy(&m, err), kind)
         .for_each(crate::framework::reconciler::log_run("machine"))
         .await;
+}
+
+/// The trace of the VM reconcile that made the Machine, until the Machine is provisioned: one
+/// VM's creation is one trace (see [`crate::ops::traces`]).
+fn creation_trace(m: &DynamicObject) -> Option<String> {
+    if m.data["status"]["initialization"]["provisioned"].as_bool() == Some(true) {
+        return None;
+    }
+    m.annotations().get(crate::ops::traces::TRACEPARENT).cloned()
 }
 
 /// Which Provider events wake the machines naming it: a Provider new to this process, one
@@ -353,7 +362,7 @@ fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
 }
 
 async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, Failure> {
-    ctx.call(&b.class, function, fut).await.map_err(Failure::from)
+    ctx.drive(b, function, fut).await.map_err(Failure::from)
 }
 
 /// A slot for an operation that changes the backend, or `Queued` (see [`crate::framework::throttle`]).

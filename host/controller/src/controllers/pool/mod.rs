@@ -74,6 +74,7 @@ struct Shared {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (controller, frame) = crate::framework::reconciler::typed_controller(&ctx, "virtualmachinepool", crate::key);
+    ctx.metrics.fleet.pools(controller.store());
     let (vms, vm_writer) = kube::runtime::reflector::store();
     let member_changes = kube::runtime::reflector(
         vm_writer,

@@ -47,7 +47,11 @@ struct Shared {
 
 pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) -> Result<(), Error> {
     let (store, changes) = crate::framework::reconciler::cached(ctx.watched::<Provider>(), ctx.scope());
+    // Its own writes of `status.operations` do not bring a Provider back (it would probe again at once).
+    let changes = changes.filter(crate::framework::reconciler::provider_news(store.clone()));
     let controller = Controller::for_stream(changes, store.clone()).trigger_backoff(crate::framework::reconciler::PerWatch);
+    ctx.metrics.fleet.providers(store.clone());
+    ctx.metrics.fleet.machines(ctx.machine_caches.clone());
     let probes = Arc::new(Shared {
         ctx: ctx.clone(),
         frame: Frame::new(ctx.clone(), "provider", store.clone(), ()).sharded_by(crate::key),
@@ -152,6 +156,7 @@ async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome
             }
         }
     };
+    status.operations = ctx.recent.summary(&crate::key(provider));
     let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &provider.namespace().unwrap_or_default());
     status::write(&api, &provider.name_any(), provider.status.as_ref(), &status).await?;
     Ok(next)
@@ -167,8 +172,8 @@ impl Shared {
 /// machines on the backend when the Provider asks for them ([`discovery`]).
 async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<(Inventory, Vec<banlieue_runtime::Feature>, Option<banlieue_api::provider::Discovery>), Failure> {
     crate::sandbox::grants::check_credentials(ctx, provider, &b.grants).await;
-    let inventory = ctx.call(&b.class, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
-    let features = ctx.call(&b.class, "features", b.driver.component.features(b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let inventory = ctx.drive(&b, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let features = ctx.drive(&b, "features", b.driver.component.features(b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
     let discovered = match discovery::asked(provider) {
         Some(requested) => Some(discovery::discover(ctx, &b, requested, &features).await),
         None => None,

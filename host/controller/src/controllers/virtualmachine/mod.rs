@@ -137,6 +137,9 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (providers, provider_changes) = cached(ctx.watched::<Provider>(), ctx.scope());
     let (provider_classes, provider_class_changes) = cached(Api::<ProviderClass>::all(client.clone()), ctx.scope());
     let frame = Frame::new(ctx.clone(), "virtualmachine", store.clone(), ()).sharded_by(shard_key);
+    ctx.metrics.fleet.virtual_machines(store.clone());
+    // `status.operations` changes with every probe and concerns no VM.
+    let provider_changes = provider_changes.filter(crate::framework::reconciler::provider_news(providers.clone()));
     let state = Arc::new(Shared {
         ctx: ctx.clone(),
         frame,
@@ -809,7 +812,13 @@ impl<'a> Reconcile<'a> {
         // The Machine belongs to the VM's installation: its provider role acts on it.
         let mut labels = std::collections::BTreeMap::from([(VM_LABEL.to_string(), self.name.clone())]);
         self.ctx.options.installation.mark(&mut labels);
-        let body = serde_json::json!({
+        // A new Machine continues this reconcile's trace (when traces are on); a later apply
+        // keeps what it was made with, so the annotation is written once.
+        let trace = match &existing {
+            Some(m) => m.annotations().get(crate::ops::traces::TRACEPARENT).cloned(),
+            None => crate::ops::traces::traceparent(),
+        };
+        let mut body = serde_json::json!({
             "apiVersion": resource.api_version,
             "kind": resource.kind,
             "metadata": {
@@ -821,6 +830,9 @@ impl<'a> Reconcile<'a> {
             },
             "spec": spec,
         });
+        if let Some(trace) = trace {
+            body["metadata"]["annotations"] = serde_json::json!({ crate::ops::traces::TRACEPARENT: trace });
+        }
         // Most reconciles change nothing in the Machine: skip the write then.
         if let Some(m) = existing {
             let mut current = m.data.get("spec").cloned().unwrap_or_default();
@@ -950,15 +962,37 @@ impl<'a> Reconcile<'a> {
             ipam::release(&self.ctx.client, &self.ns, &claim).await?;
         }
         finalizer::remove(&self.api, self.vm, FINALIZER).await?;
+        self.ctx.metrics.vm_deleted(&self.provider_class(), since(self.vm.metadata.deletion_timestamp.as_ref()));
         self.state.assumed.forget(self.vm);
         Ok(Outcome::AwaitChange)
     }
 
     async fn write_status(&mut self) -> Result<(), Error> {
         self.status.observed_generation = self.generation;
+        // The first Ready is the end of the VM's apply → Ready, written once and measured once.
+        let first_ready = self.status.first_ready_time.is_none() && conditions::is_true(&self.status.conditions, READY);
+        if first_ready {
+            self.status.first_ready_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        }
         status::write(&self.api, &self.name, self.vm.status.as_ref(), &self.status).await?;
+        // A VM Ready before banlieue kept the time (an upgrade) gets it now, unmeasured.
+        let was_ready = self.vm.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, READY));
+        if first_ready && !was_ready {
+            self.ctx.metrics.vm_ready(&self.provider_class(), since(self.vm.metadata.creation_timestamp.as_ref()));
+        }
         Ok(())
     }
+
+    /// The ProviderClass the VM is placed on (`""` before it is).
+    fn provider_class(&self) -> String {
+        self.status.scheduled.as_ref().map(|s| s.provider_class.clone()).unwrap_or_default()
+    }
+}
+
+/// How long ago `t` was (zero when unknown or in the future).
+fn since(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> std::time::Duration {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    t.map(|t| std::time::Duration::from_millis((now.as_millisecond() - t.0.as_millisecond()).max(0) as u64)).unwrap_or_default()
 }
 
 /// `PlacementValid`'s message while the placement holds.

@@ -67,6 +67,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
     let (store, changes) = crate::framework::reconciler::cached(Api::<VMImage>::all(ctx.client.clone()), ctx.scope());
     let images = Controller::for_stream(changes, store).trigger_backoff(crate::framework::reconciler::PerWatch);
     let images_frame = Frame::new(ctx.clone(), "vmimage", images.store(), ());
+    ctx.metrics.fleet.images(images.store());
     // A Provider created or changed (not merely probed) may need the images.
     let store = images.store();
     let providers = watcher(ctx.watched::<Provider>(), ctx.scope())
@@ -255,7 +256,7 @@ fn image_request(image: &VMImage, provider: &Provider, src: &ImageSource) -> Ima
 async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &ImageSource, reference: &str) -> Result<(), Failure> {
     let b = crate::sandbox::grants::backend(ctx, provider, &image.name_any()).await?;
     let request = image_request(image, provider, src);
-    match ctx.call(&b.class, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
+    match ctx.drive(&b, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
         Ok(()) | Err(banlieue_runtime::CallError::Guest(banlieue_runtime::GuestError::NotFound(_))) => Ok(()),
         Err(e) => Err(Failure::from(e)),
     }
@@ -407,15 +408,19 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
         None => (entry, info.format.clone()),
     };
     let file = cache.open_entry(&converted).map_err(|e| Failure::transient(Reason::FetchFailed, format!("image cache: {e}")))?;
+    let size = converted.size;
     let grants = b.with_transfer(file, digest.to_string(), format, converted.size, info.virtual_size);
     let request = image_request(image, provider, src);
-    let done = ctx.call(&b.class, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
+    let done = ctx.drive(&b, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
     let phase = match done.phase {
         ImagePhase::Pending => ImportPhase::Pending,
         ImagePhase::Importing => ImportPhase::Importing,
         ImagePhase::Ready => ImportPhase::Ready,
         ImagePhase::Failed => ImportPhase::Failed,
     };
+    if phase == ImportPhase::Ready {
+        ctx.metrics.image_imported(&b.config.provider, size);
+    }
     Ok((phase, done.reference, done.message.unwrap_or_default()))
 }
 

@@ -161,8 +161,8 @@ pub struct Backend {
     pub driver: std::sync::Arc<crate::sandbox::components::LoadedDriver>,
     pub config: ProviderConfig,
     pub grants: Grants,
-    /// The Provider's operation slots and rate (`spec.limits`).
-    pub throttle: std::sync::Arc<crate::framework::throttle::Throttle>,
+    /// The Provider's operation slots and rate (`spec.limits`), for the object called about.
+    pub throttle: crate::framework::throttle::Gate,
 }
 
 impl Backend {
@@ -204,6 +204,7 @@ pub async fn backend_of_class(ctx: &Context, provider: &Provider, class: Option<
     let (config, grants) = for_provider(ctx, provider, &class_name, &class.spec.capabilities, object)
         .await
         .map_err(Failure::from)?;
-    let throttle = ctx.throttles.of(&crate::key(provider), provider.spec.limits.as_ref());
+    let key = crate::key(provider);
+    let throttle = crate::framework::throttle::Gate::new(ctx.throttles.of(&key, provider.spec.limits.as_ref()), &key, object, ctx.metrics.clone());
     Ok(Backend { class: class_name, image_format: class.spec.image_format, driver, config, grants, throttle })
 }
