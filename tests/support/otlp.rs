@@ -32,9 +32,11 @@ impl Receiver {
         let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
         let kept = spans.clone();
         let task = tokio::spawn(async move {
+            // The connections end with the receiver (this task aborted drops the set).
+            let mut connections = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
                 let kept = kept.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let mut stream = tokio::io::BufReader::new(stream);
                     // Requests one after another on a kept-alive connection.
                     loop {

@@ -358,6 +358,14 @@ impl Context {
         result
     }
 
+    /// A driver export for `provider` that could not be called (`failure` says why: its
+    /// backend or credentials unreachable, its driver not loaded), counted as one that failed.
+    pub fn unreached(&self, provider: &str, class: &str, operation: &str, failure: &crate::Failure) {
+        let outcome = crate::ops::metrics::outcome_label(failure.reason.as_str());
+        self.metrics.provider_operation(provider, class, operation, Duration::ZERO, &outcome);
+        self.recent.record(provider, operation, &outcome, Some(&failure.message));
+    }
+
     /// [`Context::call`] of a driver export for `backend`'s Provider, counted for it too: its
     /// operations in the metrics and in its `status.operations`.
     pub async fn drive<T>(&self, backend: &crate::sandbox::grants::Backend, operation: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {

@@ -45,17 +45,13 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 /// Machines named in the `InUse` message (the count says how many there are).
 const NAMED: usize = 3;
 
-/// Count `store`'s Machines for in-use protection once it has listed them all (a cache
-/// still listing would count too few Machines and release a Provider in use). This task is
-/// the store's only waiter (kube's `wait_until_ready` wakes only the last waiter, see
-/// `CachesReady`).
+/// Count `store`'s Machines for in-use protection (and in the metrics). Not waited for
+/// until it has listed them: kube's `Store::wait_until_ready` wakes only its last waiter,
+/// which the kind's controller is, so a waiter here could wait forever. A cache still
+/// listing holds no Machine — its kind's store is filled at once when the list is whole —
+/// and a deleted Provider whose caches count none asks the API server before it goes.
 pub fn add_cache(ctx: &Context, store: Store<DynamicObject>) {
-    let caches = ctx.machine_caches.clone();
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            caches.lock().unwrap_or_else(|e| e.into_inner()).push(store);
-        }
-    });
+    ctx.machine_caches.lock().unwrap_or_else(|e| e.into_inner()).push(store);
 }
 
 /// The Machines of every kind cached in this process that use `provider`.

@@ -175,9 +175,14 @@ pub fn dynamic_controller(
     let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     // managedFields are most of a server-side-applied object's size, and no reconcile reads them.
+    // A list's items may come without their kind: each cached object says it (the metrics count by it).
+    let types = kube::api::TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() };
     let changes = kube::runtime::reflector(
         writer,
-        watcher(ctx.watched_dynamic(resource), ctx.options.installation.watch(selector)).modify(|o| o.metadata.managed_fields = None),
+        watcher(ctx.watched_dynamic(resource), ctx.options.installation.watch(selector)).modify(move |o| {
+            o.metadata.managed_fields = None;
+            o.types = Some(types.clone());
+        }),
     )
         .retried()
         .touched_objects()

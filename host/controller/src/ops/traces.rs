@@ -41,6 +41,9 @@ where
     // (or dropped) on a thread of the process's async runtime.
     let service = service.to_string();
     let provider = std::thread::spawn(move || -> anyhow::Result<SdkTracerProvider> {
+        // HTTPS to a collector, with ring's crypto as everywhere in banlieue (a second
+        // install is refused harmlessly).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let exporter = opentelemetry_otlp::SpanExporter::builder().with_http().build()?;
         let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
         Ok(SdkTracerProvider::builder().with_batch_exporter(Counted(exporter)).with_resource(resource).build())

@@ -108,11 +108,14 @@ async fn reconcile_inner(provider: &Provider, probes: &Shared) -> Result<Outcome
         return Ok(Outcome::Requeue(CREDENTIALS_RECHECK));
     }
     let outcome = match (backend, read) {
-        // Credentials that cannot be read, or a login Vault refused: the backend is not
-        // called (its machines are left as they are).
-        (Ok(_), Err(failure)) => Err(failure),
         (Ok(b), Ok(_)) => probe(provider, ctx, b).await,
-        (Err(failure), _) => Err(failure),
+        // Credentials that cannot be read, or a login Vault refused, or a driver or backend
+        // that cannot be reached: the backend is not called (its machines are left as they
+        // are), and the probe counts as failed, as if the driver had said so.
+        (Ok(_), Err(failure)) | (Err(failure), _) => {
+            ctx.unreached(&key, &provider.spec.provider_class_ref.name, "probe", &failure);
+            Err(failure)
+        }
     };
     // Credentials refused or unreadable: the grants are built afresh next time, in case what
     // they come from (a Vault login's Secret) was fixed.

@@ -172,10 +172,10 @@ pub fn virtual_machine(s: &mut Snapshot, vm: &VirtualMachine, now: k8s_openapi::
     let mut labels = at();
     labels.push(("phase", phase.to_string()));
     s.add(VIRTUAL_MACHINES, labels, 1.0);
-    if matches!(phase, "Pending" | "Provisioning") {
-        let age = vm.metadata.creation_timestamp.as_ref().map(|t| (now.as_second() - t.0.as_second()).max(0) as f64).unwrap_or(0.0);
-        s.max(PROVISIONING_OLDEST, at(), age);
-    }
+    // 0 where no VM waits, so that the series is there to be alerted on.
+    let waiting = matches!(phase, "Pending" | "Provisioning");
+    let age = vm.metadata.creation_timestamp.as_ref().filter(|_| waiting).map(|t| (now.as_second() - t.0.as_second()).max(0) as f64);
+    s.max(PROVISIONING_OLDEST, at(), age.unwrap_or(0.0));
     for c in vm.status.as_ref().map(|st| st.conditions.as_slice()).unwrap_or_default() {
         let mut labels = at();
         labels.extend([("condition", c.type_.clone()), ("status", c.status.clone()), ("reason", c.reason.clone())]);
