@@ -126,9 +126,11 @@ async fn prometheus_sees_the_fleet_a_broken_provider_and_its_alert() -> anyhow::
     // `broken`'s libvirt is nowhere: its probe fails, and so does every call of its driver.
     let nowhere = format!("qemu+unix:///system?socket={}", env.dir().join("no-such-libvirtd.sock").display());
     libvirt_fixtures(&env, &[("lv", &node), ("broken", &nowhere)]).await?;
-    // One operation at a time on `lv`: machines made together wait for each other (the throttle's metrics).
+    // One operation at a time on `lv`, one a second: its five machines, made together, wait
+    // for each other (the throttle's metrics).
     let providers: Api<Provider> = Api::namespaced(env.client.clone(), &env.ns);
-    providers.patch("lv", &PatchParams::default(), &Patch::Merge(json!({"spec": {"limits": {"maxConcurrentOperations": 1}}}))).await?;
+    let limits = json!({"spec": {"limits": {"maxConcurrentOperations": 1, "operationsPerSecond": 1}}});
+    providers.patch("lv", &PatchParams::default(), &Patch::Merge(limits)).await?;
     // A Proxmox VE Provider (fakepve): its driver logs in once and reuses the session.
     let pve = banlieue_test_backends::fakepve::FakePve::start().await?;
     banlieue_tests::backends::proxmox_fixtures(&env, &pve, &pve.password, banlieue_tests::backends::PveEndpoint::Proxy).await?;
