@@ -37,9 +37,11 @@ fn main() -> anyhow::Result<()> {
 /// CPU time (user + system) this process has used.
 fn cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-    let fields: Vec<u64> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().filter_map(|f| f.parse().ok()).collect()).unwrap_or_default();
-    let ticks = fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0);
+    // After the command's closing parenthesis come fields 3 (state) on: utime and stime are
+    // fields 14 and 15 (proc(5)), in clock ticks of 10 ms.
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = field(14) + field(15);
     Duration::from_millis(ticks * 10)
 }
 
@@ -61,7 +63,10 @@ async fn compare(vms: usize) -> anyhow::Result<()> {
             let v: serde_json::Value = serde_json::from_str(&line)?;
             let (wall, cpu) = (v["wall"].as_f64().unwrap_or(f64::NAN), v["cpu"].as_f64().unwrap_or(f64::NAN));
             let spans = receiver.spans().len() - before;
-            println!("run {run} {variant:>8}: all Ready after {wall:.2}s, control plane CPU {cpu:.2}s, {spans} spans received, {} scrapes", v["scrapes"]);
+            println!(
+                "run {run} {variant:>8}: all Ready after {wall:.2}s, control plane CPU {cpu:.2}s, {spans} spans received, {} scrapes; then one scrape {:.1} ms ({} series) vs kubectl get of every VM {:.0} ms",
+                v["scrapes"], v["scrape_ms"].as_f64().unwrap_or(f64::NAN), v["series"], v["kubectl_ms"].as_f64().unwrap_or(f64::NAN)
+            );
             results.push((variant, wall, cpu));
         }
     }
@@ -102,19 +107,12 @@ async fn run(variant: &str, vms: usize) -> anyhow::Result<()> {
     let server = banlieue_tests::bench::ChildApiServer::start().await?;
     let client = server.client.clone();
     let uri = libvirt_test_node(dir.path(), "bench-host", 64, 1024, 1 << 20)?;
-    for object in [
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "ProviderClass", "metadata": {"name": "libvirt"},
-               "spec": {"component": {"source": "builtin:provider-libvirt"}, "infrastructureKind": "Libvirt", "capabilities": {"libvirt": true}}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMClass", "metadata": {"name": "small"},
-               "spec": {"cpus": 1, "memoryMiB": 512, "disks": [{"name": "root", "sizeGiB": 4, "storageClass": "standard"}],
-                        "nics": [{"name": "eth0", "networkClass": "default"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "VMImage", "metadata": {"name": "debian"},
-               "spec": {"sources": [{"providerClass": "libvirt", "backingFile": "/images/debian.qcow2"}]}}),
-        json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host", "namespace": NS},
-               "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
-                        "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
-                        "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}),
-    ] {
+    let mut objects = banlieue_tests::bench::libvirt_objects();
+    objects.push(json!({"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "host", "namespace": NS},
+                        "spec": {"providerClassRef": {"name": "libvirt"}, "connection": {"endpoint": uri},
+                                 "capabilities": {"storageClasses": {"standard": "default-pool"}, "networkClasses": {"default": "default"}},
+                                 "limits": {"maxConcurrentOperations": 1000, "operationsPerSecond": 10000}}}));
+    for object in objects {
         apply(&client, object).await?;
     }
     let (ctx, roles) = banlieue_tests::bench::control_plane(&client, guests_dist(), dir.path().join("cache"))?;
@@ -152,8 +150,36 @@ async fn run(variant: &str, vms: usize) -> anyhow::Result<()> {
     if let Some(s) = scraper {
         s.abort();
     }
+    // How many VMs are Ready, as an operator asks: one scrape (the fleet read from the caches)
+    // against `kubectl get` of every VM, counted by its Ready condition.
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let scrape_ms = median((0..11).map(|_| {
+        let t = Instant::now();
+        std::hint::black_box(ctx.metrics.render());
+        t.elapsed().as_secs_f64() * 1000.0
+    }).collect());
+    let series = ctx.metrics.render().lines().filter(|l| !l.starts_with('#')).count();
+    let mut kubectl_ms = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let out = tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig())
+            .args(["get", "virtualmachines", "-n", NS, "-o", r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#])
+            .output()
+            .await?;
+        anyhow::ensure!(out.status.success(), "kubectl: {}", String::from_utf8_lossy(&out.stderr));
+        let ready = String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "True").count();
+        anyhow::ensure!(ready == vms + 1, "kubectl counted {ready} Ready VMs");
+        kubectl_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let kubectl_ms = median(kubectl_ms);
     roles.abort();
     drop(server);
-    println!("{}", json!({"wall": wall.as_secs_f64(), "cpu": used.as_secs_f64(), "scrapes": scrapes.load(std::sync::atomic::Ordering::Relaxed)}));
+    println!("{}", json!({"wall": wall.as_secs_f64(), "cpu": used.as_secs_f64(), "scrapes": scrapes.load(std::sync::atomic::Ordering::Relaxed),
+                          "scrape_ms": scrape_ms, "series": series, "kubectl_ms": kubectl_ms}));
     Ok(())
 }

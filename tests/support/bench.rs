@@ -61,6 +61,11 @@ impl ChildApiServer {
         Ok(ChildApiServer { process, _dir: dir, client })
     }
 
+    /// Its kubeconfig (for `kubectl` in a bench).
+    pub fn kubeconfig(&self) -> std::path::PathBuf {
+        self._dir.path().join("kubeconfig")
+    }
+
     /// The child's PID (for its CPU time in /proc).
     pub fn id(&self) -> u32 {
         self.process.id()

@@ -365,20 +365,5 @@ impl Context {
         self.metrics.provider_operation(provider, class, operation, Duration::ZERO, &outcome);
         self.recent.record(provider, operation, &outcome, Some(&failure.message));
     }
-
-    /// [`Context::call`] of a driver export for `backend`'s Provider, counted for it too: its
-    /// operations in the metrics and in its `status.operations`.
-    pub async fn drive<T>(&self, backend: &crate::sandbox::grants::Backend, operation: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
-        let start = Instant::now();
-        let result = self.call(&backend.class, operation, fut).await;
-        let provider = &backend.config.provider;
-        let (outcome, message) = match &result {
-            Ok(_) => ("ok".to_string(), None),
-            Err(e) => (crate::ops::metrics::outcome_label(crate::failure::Cause::reason(e).as_str()), Some(e.to_string())),
-        };
-        self.metrics.provider_operation(provider, &backend.class, operation, start.elapsed(), &outcome);
-        self.recent.record(provider, operation, &outcome, message.as_deref());
-        result
-    }
 }
 

@@ -53,8 +53,8 @@ pub async fn open(ctx: &Context, namespace: &str, name: &str, console: Console) 
     let kind = kind_of(console);
     let unsupported = |e: CallError| Failure::from(e).context(format_args!("Provider {} (class {})", on.provider, backend.class));
     backend.driver.component.offers(Feature::of_console(kind), backend.driver.limits, backend.grants.clone()).await.map_err(unsupported)?;
-    let access = ctx
-        .drive(&backend, "console", backend.driver.component.console(&backend.config, &on.machine_ref(), kind, backend.driver.limits, backend.grants.clone()))
+    let access = backend
+        .drive(ctx, "console", backend.driver.component.console(&backend.config, &on.machine_ref(), kind, backend.driver.limits, backend.grants.clone()))
         .await
         .map_err(|e| Failure::from(e).context(format_args!("finding the {} of {object} on Provider {}", what(console), on.provider)))?;
     let stream = capability::open(&access, kind, &backend.grants)

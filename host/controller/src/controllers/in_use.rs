@@ -197,6 +197,7 @@ pub async fn deleted(ctx: &Context, provider: &Provider, providers: &Store<Provi
     let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     finalizer::remove(&api, provider, FINALIZER).await?;
     ctx.in_use_reported.lock().unwrap_or_else(|e| e.into_inner()).remove(&provider.uid().unwrap_or_default());
+    ctx.recent.forget(&crate::key(provider));
     tracing::info!(provider = %crate::key(provider), "no Machine uses the deleted Provider any more: released");
     Ok(Outcome::AwaitChange)
 }

@@ -30,7 +30,7 @@ pub(super) async fn delete(m: &DynamicObject, spec: &InfraMachineSpec, kind: &Sh
             return Ok((Reason::Released, "backend VM left as it is, without banlieue's mark (deletionPolicy Orphan)"));
         }
         let _op = operation(&b)?;
-        match ctx.drive(&b, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
+        match b.drive(ctx, "delete", b.driver.component.delete(&b.config, &r, power_off(spec), b.driver.limits, b.grants.clone())).await {
             Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok((Reason::Deleted, "backend VM and its disks removed")),
             Err(e) => Err(Failure::from(e)),
         }

@@ -362,7 +362,7 @@ fn machine_ref(m: &DynamicObject, spec: &InfraMachineSpec) -> MachineRef {
 }
 
 async fn call<T>(ctx: &Context, b: &Backend, function: &str, fut: impl Future<Output = Result<T, CallError>>) -> Result<T, Failure> {
-    ctx.drive(b, function, fut).await.map_err(Failure::from)
+    b.drive(ctx, function, fut).await.map_err(Failure::from)
 }
 
 /// A slot for an operation that changes the backend, or `Queued` (see [`crate::framework::throttle`]).

@@ -25,7 +25,7 @@ pub(super) async fn realise(ctx: &Context, m: &DynamicObject, resource: &ApiReso
     let provisioned = (st.initialization.as_ref().and_then(|i| i.provisioned).unwrap_or(false) && spec.provider_id.is_some())
         || ctx.created.lock().unwrap_or_else(|e| e.into_inner()).contains(&r.uid);
     let described = if provisioned {
-        match ctx.drive(&b, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
+        match b.drive(ctx, "describe", b.driver.component.describe(&b.config, &r, limits, grants.clone())).await {
             Ok(s) => Some(s),
             // The backend VM vanished behind our back: make it again (same UID, same name).
             Err(CallError::Guest(GuestError::NotFound(_))) => None,

@@ -36,7 +36,7 @@ pub async fn discover(ctx: &Context, b: &Backend, requested: String, features: &
     let mut page: Option<String> = None;
     let mut seen = std::collections::HashSet::new();
     loop {
-        let listed = ctx.drive(&b, "list-machines", b.driver.component.list_machines(&b.config, page.as_deref(), b.driver.limits, b.grants.clone())).await;
+        let listed = b.drive(ctx, "list-machines", b.driver.component.list_machines(&b.config, page.as_deref(), b.driver.limits, b.grants.clone())).await;
         let listed = match listed {
             Ok(p) => p,
             Err(e) => {

@@ -175,8 +175,8 @@ impl Shared {
 /// machines on the backend when the Provider asks for them ([`discovery`]).
 async fn probe(provider: &Provider, ctx: &Context, b: crate::sandbox::grants::Backend) -> Result<(Inventory, Vec<banlieue_runtime::Feature>, Option<banlieue_api::provider::Discovery>), Failure> {
     crate::sandbox::grants::check_credentials(ctx, provider, &b.grants).await;
-    let inventory = ctx.drive(&b, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
-    let features = ctx.drive(&b, "features", b.driver.component.features(b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let inventory = b.drive(ctx, "probe", b.driver.component.probe(&b.config, b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
+    let features = b.drive(ctx, "features", b.driver.component.features(b.driver.limits, b.grants.clone())).await.map_err(Failure::from)?;
     let discovered = match discovery::asked(provider) {
         Some(requested) => Some(discovery::discover(ctx, &b, requested, &features).await),
         None => None,

@@ -256,7 +256,7 @@ fn image_request(image: &VMImage, provider: &Provider, src: &ImageSource) -> Ima
 async fn delete_one(ctx: &Context, image: &VMImage, provider: &Provider, src: &ImageSource, reference: &str) -> Result<(), Failure> {
     let b = crate::sandbox::grants::backend(ctx, provider, &image.name_any()).await?;
     let request = image_request(image, provider, src);
-    match ctx.drive(&b, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
+    match b.drive(ctx, "delete-image", b.driver.component.delete_image(&b.config, &request, reference, b.driver.limits, b.grants.clone())).await {
         Ok(()) | Err(banlieue_runtime::CallError::Guest(banlieue_runtime::GuestError::NotFound(_))) => Ok(()),
         Err(e) => Err(Failure::from(e)),
     }
@@ -411,7 +411,7 @@ async fn import_one(ctx: &Context, cache: &ImageCache, image: &VMImage, provider
     let size = converted.size;
     let grants = b.with_transfer(file, digest.to_string(), format, converted.size, info.virtual_size);
     let request = image_request(image, provider, src);
-    let done = ctx.drive(&b, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
+    let done = b.drive(ctx, "import-image", b.driver.component.import_image(&b.config, &request, b.driver.limits, grants)).await.map_err(Failure::from)?;
     let phase = match done.phase {
         ImagePhase::Pending => ImportPhase::Pending,
         ImagePhase::Importing => ImportPhase::Importing,

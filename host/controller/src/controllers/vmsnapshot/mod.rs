@@ -133,9 +133,8 @@ impl<'a> Reconcile<'a> {
         };
         let b = &target.backend;
         let _op = b.throttle.start().map_err(|q| Failure::transient(Reason::Queued, q.to_string()))?;
-        let taken = self
-            .ctx
-            .drive(&b, "snapshot-create", b.driver.component.snapshot_create(&b.config, &target.machine, &request, b.driver.limits, b.grants.clone()))
+        let taken = b
+            .drive(&self.ctx, "snapshot-create", b.driver.component.snapshot_create(&b.config, &target.machine, &request, b.driver.limits, b.grants.clone()))
             .await
             .map_err(Failure::from)?;
         self.status.phase = Some(SnapshotPhase::Ready);
@@ -156,7 +155,7 @@ impl<'a> Reconcile<'a> {
         let Some(id) = self.status.snapshot_id.clone() else { return Ok(Outcome::AwaitChange) };
         let target = self.recorded_target().await?;
         let b = &target.backend;
-        let listed = self.ctx.drive(&b, "snapshot-list", b.driver.component.snapshot_list(&b.config, &target.machine, b.driver.limits, b.grants.clone())).await;
+        let listed = b.drive(&self.ctx, "snapshot-list", b.driver.component.snapshot_list(&b.config, &target.machine, b.driver.limits, b.grants.clone())).await;
         let present = match listed {
             Ok(list) => list.iter().any(|s| s.id == id),
             // The machine itself is gone: so are its snapshots.
@@ -187,7 +186,7 @@ impl<'a> Reconcile<'a> {
                 let target = self.recorded_target().await?;
                 let b = &target.backend;
                 let _op = b.throttle.start().map_err(|q| Failure::transient(Reason::Queued, q.to_string()))?;
-                match self.ctx.drive(&b, "snapshot-delete", b.driver.component.snapshot_delete(&b.config, &target.machine, &id, b.driver.limits, b.grants.clone())).await {
+                match b.drive(&self.ctx, "snapshot-delete", b.driver.component.snapshot_delete(&b.config, &target.machine, &id, b.driver.limits, b.grants.clone())).await {
                     Ok(()) | Err(CallError::Guest(GuestError::NotFound(_))) => Ok(()),
                     Err(e) => Err(Failure::from(e)),
                 }

@@ -166,6 +166,21 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// [`Context::call`] of this driver's export `operation`, counted for its Provider too:
+    /// in the metrics and in its `status.operations`.
+    pub async fn drive<T>(&self, ctx: &Context, operation: &str, fut: impl Future<Output = Result<T, banlieue_runtime::CallError>>) -> Result<T, banlieue_runtime::CallError> {
+        let start = std::time::Instant::now();
+        let result = ctx.call(&self.class, operation, fut).await;
+        let provider = &self.config.provider;
+        let (outcome, message) = match &result {
+            Ok(_) => ("ok".to_string(), None),
+            Err(e) => (crate::ops::metrics::outcome_label(crate::failure::Cause::reason(e).as_str()), Some(e.to_string())),
+        };
+        ctx.metrics.provider_operation(provider, &self.class, operation, start.elapsed(), &outcome);
+        ctx.recent.record(provider, operation, &outcome, message.as_deref());
+        result
+    }
+
     /// The grants of this backend plus reading `file` — one image in the host's cache,
     /// opened by the host — for an `import-image` call, and nothing else.
     pub fn with_transfer(&self, file: std::fs::File, digest: String, format: String, size: u64, virtual_size: u64) -> Grants {
